@@ -1,0 +1,3 @@
+"""recalld: involuntary recall for coding agents."""
+
+__version__ = "0.1.0"

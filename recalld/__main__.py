@@ -1,0 +1,3 @@
+from recalld.entry import main
+
+main()

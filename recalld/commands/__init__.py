@@ -1,0 +1,1 @@
+"""CLI subcommand modules. Each defines `register(cli)`; recalld.cli loads them all."""

@@ -1,0 +1,139 @@
+"""Agent hook payloads -> one normalized HookInput (standard library only).
+
+Field names follow ../shared/reference/agent-hooks.md (Claude Code, Codex, Gemini CLI, git);
+the tests feed documented payloads, not shapes this module happens to expect.
+"""
+
+from dataclasses import dataclass, field
+
+EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop", "commit")
+AGENTS = ("claude", "codex", "gemini", "git")
+
+# Each agent's own event name, used as hookSpecificOutput.hookEventName.
+NATIVE = {
+    "claude": {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit",
+               "pre-tool": "PreToolUse", "post-tool": "PostToolUse", "stop": "Stop"},
+    "codex": {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit",
+              "pre-tool": "PreToolUse", "post-tool": "PostToolUse", "stop": "Stop"},
+    "gemini": {"session-start": "SessionStart", "prompt-submit": "BeforeAgent",
+               "pre-tool": "BeforeTool", "post-tool": "AfterTool", "stop": "AfterAgent"},
+}
+GEMINI_EVENTS = {"BeforeAgent", "AfterAgent", "BeforeTool", "AfterTool", "BeforeModel",
+                 "AfterModel", "BeforeToolSelection", "PreCompress"}
+# Native events that mean the same as our event (SubagentStop is a stop).
+EVENT_OF_NATIVE = {
+    "SessionStart": "session-start", "UserPromptSubmit": "prompt-submit", "BeforeAgent": "prompt-submit",
+    "PreToolUse": "pre-tool", "BeforeTool": "pre-tool", "PostToolUse": "post-tool",
+    "AfterTool": "post-tool", "Stop": "stop", "SubagentStop": "stop", "AfterAgent": "stop",
+}
+
+BASH_TOOLS = {"bash", "shell", "exec_command", "local_shell", "run_shell_command", "container.exec",
+              "shell_command", "unified_exec"}
+WRITE_TOOLS = {"write", "edit", "multiedit", "notebookedit", "write_file", "replace", "apply_patch",
+               "edit_file", "create_file"}
+DELEGATE_TOOLS = {"task", "agent", "delegate", "spawn_agent"}
+
+MAX_ACT_TEXT = 20_000  # a 10 MB Write is matched on its head, not parsed whole
+
+
+class BadInput(Exception):
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass
+class HookInput:
+    event: str  # ours: session-start | prompt-submit | pre-tool | post-tool | stop | commit
+    agent_kind: str  # claude | codex | gemini | git
+    native_event: "str | None"
+    session: "str | None"
+    cwd: "str | None"
+    act: str  # boot | prompt | bash | write | delegate | tool | tool-result | stop | commit
+    text: str = ""
+    tool_name: "str | None" = None
+    transcript_path: "str | None" = None
+    payload: dict = field(default_factory=dict)
+
+
+def _s(v) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def detect_agent(payload: dict) -> str:
+    name = payload.get("hook_event_name")
+    if name in GEMINI_EVENTS:
+        return "gemini"
+    if "turn_id" in payload:
+        return "codex"
+    return "claude"
+
+
+def _command_text(cmd) -> str:
+    if isinstance(cmd, list):
+        parts = [c for c in cmd if isinstance(c, str)]
+        # Codex shells out as ["bash", "-lc", "<script>"]: the script is the command.
+        if len(parts) >= 3 and parts[1] in ("-c", "-lc"):
+            return parts[2]
+        return " ".join(parts)
+    return _s(cmd)
+
+
+def tool_act(tool_name: str, tool_input) -> tuple[str, str]:
+    """(act, text a crystal matches against) for one tool call."""
+    name = (tool_name or "").lower()
+    ti = tool_input if isinstance(tool_input, dict) else {}
+    if name in BASH_TOOLS:
+        return "bash", _command_text(ti.get("command", ti.get("cmd")))[:MAX_ACT_TEXT]
+    if name in WRITE_TOOLS or name.startswith("mcp__") and "write" in name:
+        path = _s(ti.get("file_path") or ti.get("path") or ti.get("notebook_path"))
+        content = []
+        for key in ("content", "new_string", "new_source", "input", "patch"):
+            content.append(_s(ti.get(key)))
+        for edit in ti.get("edits") or []:
+            if isinstance(edit, dict):
+                content.append(_s(edit.get("new_string")))
+        if not isinstance(tool_input, dict):
+            content.append(_s(tool_input))
+        return "write", (path + "\n" + "\n".join(c for c in content if c))[:MAX_ACT_TEXT]
+    if name in DELEGATE_TOOLS:
+        brief = [_s(ti.get("description")), _s(ti.get("prompt")), _s(ti.get("subagent_type"))]
+        return "delegate", "\n".join(b for b in brief if b)[:MAX_ACT_TEXT]
+    return "tool", ""
+
+
+def normalize(event: str, payload, agent: "str | None" = None) -> HookInput:
+    if not isinstance(payload, dict):
+        raise BadInput("payload_not_object")
+    if event not in EVENTS:
+        raise BadInput("unknown_event")
+    for key in ("prompt", "session_id", "cwd", "tool_name", "transcript_path", "hook_event_name",
+                "last_assistant_message"):
+        if payload.get(key) is not None and not isinstance(payload.get(key), str):
+            raise BadInput(f"bad_field_type:{key}")
+    if payload.get("tool_input") is not None and not isinstance(payload.get("tool_input"), dict):
+        raise BadInput("bad_field_type:tool_input")
+    kind = agent if agent in AGENTS else ("git" if event == "commit" else detect_agent(payload))
+    native = _s(payload.get("hook_event_name")) or NATIVE.get(kind, {}).get(event)
+    hi = HookInput(
+        event=event, agent_kind=kind, native_event=native or None,
+        session=_s(payload.get("session_id")) or None, cwd=_s(payload.get("cwd")) or None,
+        act="stop", transcript_path=_s(payload.get("transcript_path")) or None, payload=payload,
+    )
+    if event == "session-start":
+        hi.act = "boot"
+    elif event == "prompt-submit":
+        hi.act, hi.text = "prompt", _s(payload.get("prompt"))[:MAX_ACT_TEXT]
+    elif event in ("pre-tool", "post-tool"):
+        hi.tool_name = _s(payload.get("tool_name")) or None
+        act, text = tool_act(hi.tool_name or "", payload.get("tool_input"))
+        hi.act, hi.text = (act, text) if event == "pre-tool" else ("tool-result", text)
+        if event == "post-tool":
+            hi.payload = dict(payload, _tool_act=act)
+    elif event == "stop":
+        hi.act, hi.text = "stop", _s(payload.get("last_assistant_message"))[:MAX_ACT_TEXT]
+    elif event == "commit":
+        files = payload.get("staged_files")
+        hi.act = "commit"
+        hi.text = "\n".join(f for f in files if isinstance(f, str)) if isinstance(files, list) else ""
+    return hi

@@ -1,0 +1,76 @@
+"""Settings: defaults overlaid by RECALLD_HOME/settings.json (standard library only)."""
+
+import copy
+import json
+import os
+
+from recalld import paths
+
+# The agent's hard cap on one hook output string (Claude Code truncates at 10,000).
+AGENT_OUTPUT_CAP = 10_000
+
+DEFAULTS: dict = {
+    # pre-step (prompt-submit) recall
+    "budget_chars": 4000,
+    "item_cap_chars": 2000,
+    "max_results": 5,
+    # IDF-weighted share of the query's informative terms a memory must cover to be injected
+    "floor": 0.3,
+    # boot (session-start): the always-loaded set
+    "boot_budget_chars": 2000,
+    # tool acts (pre-tool/post-tool): crystals and the judge's queue share this
+    "tool_budget_chars": 4000,
+    "deadline_ms": 300,
+    # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
+    "receipt_hash": False,
+    # the background pass
+    "judge": {"threshold": 0.0, "max_candidates": 5, "timeout_s": 20},
+    "queue": {"expire_steps": 6, "expire_minutes": 30},
+    "models": {"judge": None, "proposer": None},
+    "daemon": {"roots": [], "recent_days": 2},
+}
+
+
+def load() -> dict:
+    merged = copy.deepcopy(DEFAULTS)
+    try:
+        with open(paths.settings_path(), encoding="utf-8") as f:
+            user = json.load(f)
+    except (OSError, ValueError):
+        user = {}
+    if isinstance(user, dict):
+        _merge(merged, user)
+    env_deadline = os.environ.get("RECALLD_DEADLINE_MS")
+    if env_deadline:
+        try:
+            merged["deadline_ms"] = int(env_deadline)
+        except ValueError:
+            pass
+    merged["budget_chars"] = min(int(merged["budget_chars"]), AGENT_OUTPUT_CAP)
+    return merged
+
+
+def _merge(base: dict, over: dict) -> None:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
+
+
+def save(values: dict) -> None:
+    """Write the user's overrides (not the defaults) atomically."""
+    path = paths.settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_overrides() -> dict:
+    try:
+        with open(paths.settings_path(), encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,127 @@
+"""Turning prompts and memories into search terms (standard library only).
+
+Terms are stemmed by SQLite's own porter tokenizer (through a temporary FTS5 table), so the
+terms we weigh are exactly the terms the index holds.
+"""
+
+import re
+import sqlite3
+
+# Split the way FTS5's unicode61 tokenizer does: letters and digits only.
+_TOKEN = re.compile(r"[^\W_]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+STOPWORDS = frozenset(
+    """
+a about above after again against all also am an and any are aren as at be because been before
+being below between both but by can cannot could couldn did didn do does doesn doing don down
+during each else ever few for from further get gets got had hadn has hasn have haven having he
+her here hers herself him himself his how i if in into is isn it its itself just let lets like
+ll me might more most much must mustn my myself need no nor not now of off on once only or other
+ought our ours ourselves out over own please re really s same shall shan she should shouldn so
+some such t than that thats the their theirs them themselves then there these they this those
+through to too under until up us ve very via want was wasn we were weren what whats when where
+which while who whom why will with won would wouldn yes yet you your yours yourself yourselves
+okay ok hey hi hello thanks thank sure one two go going make made use used using way thing things
+something anything everything know think see look tell say said right well still even back
+""".split()
+)
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def identifier_parts(text: str) -> list[str]:
+    """Pieces of mixed-case identifiers (OperationalError -> Operational, Error), so a memory
+    naming `OperationalError` is found by "operational error" and the other way round."""
+    out = []
+    for tok in _TOKEN.findall(text):
+        if tok.islower() or tok.isupper() or tok.isdigit():
+            continue
+        parts = _CAMEL.findall(tok)
+        if len(parts) > 1:
+            out.extend(parts)
+    return out
+
+
+def aux_text(text: str) -> str:
+    return " ".join(identifier_parts(text))
+
+
+def informative(toks: list[str]) -> list[str]:
+    """Drop stopwords and one-letter noise; keep order and the first spelling of each."""
+    seen, out = set(), []
+    for t in toks:
+        low = t.lower()
+        if low in STOPWORDS or (len(low) < 2 and not low.isdigit()) or low in seen:
+            continue
+        seen.add(low)
+        out.append(t)
+    return out
+
+
+class Stemmer:
+    """SQLite's porter stemmer, reached through a temporary FTS5 table on one connection."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.recalld_stem USING "
+            "fts5(t, tokenize='porter unicode61 remove_diacritics 2')"
+        )
+        conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.recalld_stem_v USING "
+            "fts5vocab(temp, recalld_stem, instance)"
+        )
+
+    def stem_each(self, words: list[str]) -> list["str | None"]:
+        """One stem per word (None where the tokenizer kept nothing of it)."""
+        if not words:
+            return []
+        c = self.conn
+        c.execute("DELETE FROM temp.recalld_stem")
+        c.executemany("INSERT INTO temp.recalld_stem(rowid, t) VALUES (?, ?)",
+                      [(i + 1, w) for i, w in enumerate(words)])
+        out: list = [None] * len(words)
+        for doc, term in c.execute("SELECT doc, term FROM temp.recalld_stem_v WHERE col = 't' ORDER BY doc, offset"):
+            if out[doc - 1] is None:
+                out[doc - 1] = term
+        c.execute("DELETE FROM temp.recalld_stem")
+        return out
+
+    def terms_of(self, text: str) -> set[str]:
+        """All distinct stems in a text (used when a memory is written)."""
+        c = self.conn
+        c.execute("DELETE FROM temp.recalld_stem")
+        c.execute("INSERT INTO temp.recalld_stem(rowid, t) VALUES (1, ?)", (text,))
+        terms = {r[0] for r in c.execute("SELECT DISTINCT term FROM temp.recalld_stem_v")}
+        c.execute("DELETE FROM temp.recalld_stem")
+        return terms
+
+
+def within_edits(a: str, b: str, k: int) -> bool:
+    """True when a and b are at most k edits apart (insert, delete, substitute, swap)."""
+    la, lb = len(a), len(b)
+    if abs(la - lb) > k:
+        return False
+    if a == b:
+        return True
+    prev2 = None
+    prev = list(range(lb + 1))
+    for i in range(1, la + 1):
+        cur = [i] + [0] * lb
+        row_min = i
+        ai = a[i - 1]
+        for j in range(1, lb + 1):
+            cost = 0 if ai == b[j - 1] else 1
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if prev2 is not None and i > 1 and j > 1 and ai == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = v
+            if v < row_min:
+                row_min = v
+        if row_min > k:
+            return False
+        prev2, prev = prev, cur
+    return prev[lb] <= k
