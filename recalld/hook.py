@@ -217,17 +217,22 @@ def run(argv: list, stdin: bytes) -> tuple[str, dict]:
         r["outcome"], r["error"], out, after = "error", _code(e), "", []
         _reset_delivery(r)
     r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    if conn is None and r["outcome"] != "timeout":
+        # Runs that stopped before opening the store (bad input, unknown event) still
+        # belong in it, so `recalld receipts` shows them beside the rest.
+        try:
+            conn = db.connect(busy_ms=250)
+        except Exception:
+            conn = None
     if conn is not None:
         try:
             conn.set_progress_handler(None, 0)
             conn.execute("PRAGMA busy_timeout = 250")
         except sqlite3.Error:
             pass
-    where = receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
-    if where != "db" and r["outcome"] == "injected" and after:
-        # The delivery could not be recorded; deliver anyway (fail open) — the fallback
-        # receipt still lists what went out.
-        pass
+    # If the store cannot take the receipt, it goes to the fallback file and the delivery
+    # rows are lost with the transaction; what was delivered is still listed in the receipt.
+    receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
     if conn is not None:
         try:
             conn.close()

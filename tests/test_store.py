@@ -1,0 +1,112 @@
+"""The store: durable writes that return what they changed; supersede marks, never deletes."""
+
+import sqlite3
+
+import pytest
+
+from recalld import scope, store
+from recalld.search import search
+
+
+@pytest.fixture
+def sc(project):
+    return scope.resolve(str(project))
+
+
+def test_remember_returns_the_record(conn, sc):
+    res = store.remember(conn, "We pin sqlite-utils to 3.x because 4.0 changed upsert.", sc,
+                         kind="decision", tell="sqlite-utils pinned to 3.x", session="s1")
+    m = res.memory
+    assert m["id"] > 0 and m["kind"] == "decision" and m["scope"] == "project"
+    assert m["project"] == sc.project and m["agent"] == "main" and m["session"] == "s1"
+    assert m["valid_from"] == m["created_at"] and m["invalid_at"] is None
+    assert res.superseded == []
+
+
+def test_supersede_marks_links_and_hides(conn, sc):
+    old = store.remember(conn, "Deploys go through the Jenkins pipeline on port 8080.", sc, check_similar=False).memory
+    new = store.remember(conn, "Deploys go through GitHub Actions; Jenkins is gone.", sc,
+                         supersedes=[str(old["id"])], check_similar=False)
+    assert [m["id"] for m in new.superseded] == [old["id"]]
+    sup = new.superseded[0]
+    assert sup["invalid_at"] == new.memory["valid_from"]
+    assert sup["superseded_by"] == new.memory["id"]
+    assert [h.id for h in search(conn, "deploys jenkins pipeline", sc, limit=10)] == [new.memory["id"]]
+    chain = store.history(conn, old["id"])
+    assert [m["id"] for m in chain] == [old["id"], new.memory["id"]]
+    assert [c["action"] for c in chain[0]["changes"]] == ["created", "superseded"]
+    # still there, never deleted
+    assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
+
+
+def test_cannot_supersede_twice_or_out_of_scope(conn, sc, tmp_path):
+    a = store.remember(conn, "alpha fact", sc, check_similar=False).memory
+    store.remember(conn, "alpha fact v2", sc, supersedes=[a["id"]], check_similar=False)
+    with pytest.raises(store.MemoryError_, match="already invalid"):
+        store.remember(conn, "alpha fact v3", sc, supersedes=[a["id"]], check_similar=False)
+    other = scope.Scope(str(tmp_path / "elsewhere"), "main")
+    b = store.remember(conn, "beta fact", sc, check_similar=False).memory
+    with pytest.raises(store.MemoryError_, match="not in this scope"):
+        store.remember(conn, "beta fact from elsewhere", other, supersedes=[b["id"]], check_similar=False)
+    with pytest.raises(store.MemoryError_, match="does not exist"):
+        store.remember(conn, "gamma", sc, supersedes=[9999], check_similar=False)
+    # a failed write wrote nothing
+    assert conn.execute("SELECT count(*) FROM memories WHERE text LIKE 'alpha fact v3%' OR text LIKE 'gamma%'").fetchone()[0] == 0
+
+
+def test_retract(conn, sc):
+    m = store.remember(conn, "The staging DB is at db-staging-2", sc, check_similar=False).memory
+    r = store.retract(conn, m["id"], "staging was decommissioned", sc)
+    assert r["invalid_at"] and r["invalid_reason"] == "staging was decommissioned" and r["superseded_by"] is None
+    assert search(conn, "staging DB", sc) == []
+    with pytest.raises(store.MemoryError_):
+        store.retract(conn, m["id"], "again", sc)
+    with pytest.raises(store.MemoryError_, match="reason"):
+        store.retract(conn, m["id"], "  ", sc)
+
+
+def test_dates_in_text_are_never_validity(conn, sc):
+    m = store.remember(conn, "Until 2024-01-01 the rule was X; from 12:00 on 2031-05-05 it is Y.", sc, check_similar=False).memory
+    assert m["invalid_at"] is None
+    assert m["valid_from"].startswith(m["created_at"][:10])
+
+
+def test_memories_are_immutable_and_never_deleted(conn, sc):
+    m = store.remember(conn, "immutable words", sc, check_similar=False).memory
+    with pytest.raises(sqlite3.DatabaseError, match="immutable"):
+        conn.execute("UPDATE memories SET text = 'rewritten' WHERE id = ?", (m["id"],))
+    with pytest.raises(sqlite3.DatabaseError, match="never deleted"):
+        conn.execute("DELETE FROM memories WHERE id = ?", (m["id"],))
+    store.retract(conn, m["id"], "wrong", sc)
+    with pytest.raises(sqlite3.DatabaseError, match="cannot change again"):
+        conn.execute("UPDATE memories SET invalid_at = NULL WHERE id = ?", (m["id"],))
+
+
+def test_validation_errors_are_clear(conn, sc):
+    for kwargs, msg in [({"text": ""}, "empty"), ({"text": "x" * 9000}, "limit"),
+                        ({"text": "ok", "kind": "rumour"}, "unknown kind"),
+                        ({"text": "ok", "scope": "global"}, "unknown scope")]:
+        text = kwargs.pop("text")
+        with pytest.raises(store.MemoryError_, match=msg):
+            store.remember(conn, text, sc, check_similar=False, **kwargs)
+
+
+def test_similar_is_printed_not_applied(conn, sc):
+    a = store.remember(conn, "Always run the migrations with alembic upgrade head before tests.", sc, check_similar=False).memory
+    res = store.remember(conn, "Never run the migrations with alembic upgrade head before tests.", sc)
+    assert [s["id"] for s in res.similar] == [a["id"]]
+    assert res.similar[0]["relation"] == "may contradict"
+    assert store.get(conn, a["id"])["invalid_at"] is None
+
+
+def test_import_is_all_or_nothing(conn, sc, tmp_path):
+    good = ['{"text": "imported one", "kind": "decision"}', '{"text": "imported two", "tell": "two"}']
+    res = store.import_jsonl(conn, good, sc)
+    assert [r.memory["text"] for r in res] == ["imported one", "imported two"]
+    before = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+    bad = ['{"text": "fine"}', '{"text": "bad kind", "kind": "gossip"}']
+    with pytest.raises(store.MemoryError_, match="line 2"):
+        store.import_jsonl(conn, bad, sc)
+    with pytest.raises(store.MemoryError_, match="line 1: not JSON"):
+        store.import_jsonl(conn, ["{nope"], sc)
+    assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before
