@@ -137,4 +137,102 @@ CREATE TRIGGER served_append_only_u BEFORE UPDATE ON served BEGIN SELECT RAISE(A
 CREATE TRIGGER served_append_only_d BEFORE DELETE ON served BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """,
     ),
+    (
+        3,
+        "capture: proposals, their append-only state transitions, turn boundaries, proposer passes",
+        """
+-- Turn boundaries seen by the stop hook (or the transcript): the proposer reads what is new
+-- since the previous one of the same session. `text` is the agent's last message, redacted.
+CREATE TABLE proposal_boundaries (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    session TEXT NOT NULL,
+    project TEXT,
+    agent TEXT,
+    origin TEXT NOT NULL CHECK (origin IN ('stop-hook', 'transcript')),
+    native_event TEXT,
+    transcript_path TEXT,
+    text TEXT NOT NULL DEFAULT '',
+    receipt_uid TEXT
+);
+CREATE INDEX proposal_boundaries_session ON proposal_boundaries(session, id);
+
+-- One row per proposer pass that consumed a window: the cursor is max(to_line) per source.
+CREATE TABLE proposal_passes (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    session TEXT,
+    source TEXT NOT NULL,
+    from_line INTEGER NOT NULL,
+    to_line INTEGER NOT NULL,
+    boundary_id INTEGER,
+    window_chars INTEGER NOT NULL DEFAULT 0,
+    drafts INTEGER NOT NULL DEFAULT 0,
+    stored INTEGER NOT NULL DEFAULT 0,
+    receipt_uid TEXT
+);
+CREATE INDEX proposal_passes_source ON proposal_passes(source, to_line);
+CREATE INDEX proposal_passes_session ON proposal_passes(session, id);
+
+-- A draft, as the proposer wrote it (after redaction and policies). Never rewritten: edits
+-- and decisions are events.
+CREATE TABLE proposals (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    session TEXT,
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('decision','constraint','fact','procedure','preference')),
+    text TEXT NOT NULL,
+    why TEXT NOT NULL DEFAULT '',
+    confidence REAL,
+    model TEXT,
+    pass_id INTEGER REFERENCES proposal_passes(id),
+    source TEXT,
+    window_from INTEGER,
+    window_to INTEGER,
+    receipt_uid TEXT
+);
+CREATE INDEX proposals_session ON proposals(session, id);
+CREATE INDEX proposals_project ON proposals(project, id);
+
+-- The state machine, append-only: pending -> edited* -> approved | rejected.
+CREATE TABLE proposal_events (
+    id INTEGER PRIMARY KEY,
+    proposal_id INTEGER NOT NULL REFERENCES proposals(id),
+    time TEXT NOT NULL,
+    from_state TEXT NOT NULL CHECK (from_state IN ('pending','edited')),
+    to_state TEXT NOT NULL CHECK (to_state IN ('edited','approved','rejected')),
+    actor TEXT,
+    session TEXT,
+    memory_id INTEGER REFERENCES memories(id),
+    reason TEXT,
+    text TEXT,
+    kind TEXT CHECK (kind IS NULL OR kind IN ('decision','constraint','fact','procedure','preference')),
+    scope TEXT CHECK (scope IS NULL OR scope IN ('agent','project','shared')),
+    tell TEXT,
+    CHECK ((to_state = 'approved') = (memory_id IS NOT NULL))
+);
+CREATE INDEX proposal_events_proposal ON proposal_events(proposal_id, id);
+-- One decision per proposal, whatever races: a second approval cannot commit (nor its memory).
+CREATE UNIQUE INDEX proposal_events_one_decision ON proposal_events(proposal_id)
+    WHERE to_state IN ('approved', 'rejected');
+-- A transition must start from the proposal's current state (the latest event's, else pending).
+CREATE TRIGGER proposal_events_from_current BEFORE INSERT ON proposal_events
+WHEN new.from_state IS NOT coalesce((SELECT to_state FROM proposal_events
+                                     WHERE proposal_id = new.proposal_id ORDER BY id DESC LIMIT 1), 'pending')
+BEGIN
+    SELECT RAISE(ABORT, 'illegal proposal transition: not from the current state');
+END;
+
+CREATE TRIGGER proposal_boundaries_append_only_u BEFORE UPDATE ON proposal_boundaries BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_boundaries_append_only_d BEFORE DELETE ON proposal_boundaries BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_passes_append_only_u BEFORE UPDATE ON proposal_passes BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_passes_append_only_d BEFORE DELETE ON proposal_passes BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposals_append_only_u BEFORE UPDATE ON proposals BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposals_append_only_d BEFORE DELETE ON proposals BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_events_append_only_u BEFORE UPDATE ON proposal_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_events_append_only_d BEFORE DELETE ON proposal_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+""",
+    ),
 ]
