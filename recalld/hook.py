@@ -315,7 +315,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[s
     r["delivered_chars"] = c["delivered_chars"]
     r["cut_chars"] = c["cut_chars"]
     r["withheld_chars"] = c["withheld_chars"]
-    r["detail"]["packed"] = {k: c[k] for k in ("whole", "cut", "tell", "withheld", "stale", "cut_claims")}
+    r["detail"]["packed"] = packed.accounting()
     r["outcome"] = "injected" if delivered else "nothing"
     out = render_output(hi, packed.text())
     ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
