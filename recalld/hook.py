@@ -5,7 +5,6 @@ exit 0, finish inside a hard deadline, append exactly one receipt. Anything slow
 nothing to the agent's context and is written down instead.
 """
 
-import hashlib
 import json
 import os
 import signal
@@ -190,10 +189,13 @@ def run(argv: list, stdin: bytes) -> tuple[str, dict]:
     after: list = []
     old_handler = None
     try:
-        use_alarm = hasattr(signal, "setitimer") and _main_thread()
+        use_alarm = hasattr(signal, "setitimer")
         if use_alarm:
-            old_handler = signal.signal(signal.SIGALRM, _on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
+            try:
+                old_handler = signal.signal(signal.SIGALRM, _on_alarm)
+                signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
+            except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
+                use_alarm = False
         try:
             out, after = _work(event, agent, stdin, cfg, r, end)
             conn = r.pop("_conn", None)
@@ -241,12 +243,6 @@ def run(argv: list, stdin: bytes) -> tuple[str, dict]:
     return out, r
 
 
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 def _reset_delivery(r: dict) -> None:
     for k in ("delivered", "cut", "delivered_chars", "cut_chars"):
         r[k] = 0
@@ -288,6 +284,8 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[s
     r["agent"] = scope.resolve_agent(payload)
     r["detail"]["agent_kind"] = hi.agent_kind
     if cfg.get("receipt_hash") and hi.text:
+        import hashlib
+
         r["detail"]["text_sha256"] = hashlib.sha256(hi.text.encode("utf-8", "replace")).hexdigest()
     cwd = hi.cwd or os.getcwd()
     sc = scope.resolve(cwd, payload)

@@ -4,8 +4,6 @@ Field names follow ../shared/reference/agent-hooks.md (Claude Code, Codex, Gemin
 the tests feed documented payloads, not shapes this module happens to expect.
 """
 
-from dataclasses import dataclass, field
-
 EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop", "commit")
 AGENTS = ("claude", "codex", "gemini", "git")
 
@@ -42,18 +40,26 @@ class BadInput(Exception):
         self.code = code
 
 
-@dataclass
 class HookInput:
-    event: str  # ours: session-start | prompt-submit | pre-tool | post-tool | stop | commit
-    agent_kind: str  # claude | codex | gemini | git
-    native_event: "str | None"
-    session: "str | None"
-    cwd: "str | None"
-    act: str  # boot | prompt | bash | write | delegate | tool | tool-result | stop | commit
-    text: str = ""
-    tool_name: "str | None" = None
-    transcript_path: "str | None" = None
-    payload: dict = field(default_factory=dict)
+    """One hook run's input, whatever the agent. (A plain class: `dataclasses` pulls in
+    `inspect`, which costs the hook more than everything else it imports.)"""
+
+    __slots__ = ("event", "agent_kind", "native_event", "session", "cwd", "act", "text", "tool_name",
+                 "transcript_path", "payload")
+
+    def __init__(self, event: str, agent_kind: str, native_event: "str | None", session: "str | None",
+                 cwd: "str | None", act: str, text: str = "", tool_name: "str | None" = None,
+                 transcript_path: "str | None" = None, payload: "dict | None" = None):
+        self.event = event  # ours: session-start | prompt-submit | pre-tool | post-tool | stop | commit
+        self.agent_kind = agent_kind  # claude | codex | gemini | git
+        self.native_event = native_event
+        self.session = session
+        self.cwd = cwd
+        self.act = act  # boot | prompt | bash | write | delegate | tool | tool-result | stop | commit
+        self.text = text
+        self.tool_name = tool_name
+        self.transcript_path = transcript_path
+        self.payload = payload if payload is not None else {}
 
 
 def _s(v) -> str:

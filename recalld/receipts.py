@@ -9,8 +9,6 @@ import json
 import os
 import sqlite3
 import time
-import uuid
-from datetime import datetime, timezone
 
 from recalld import paths
 
@@ -21,12 +19,15 @@ FIELDS = ("uid", "time", "source", "hook", "act", "agent", "session", "project",
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    """UTC, ISO 8601 with microseconds (sortable as text). Written without `datetime`
+    because this runs in the hook, where every import is paid on every prompt."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}+00:00"
 
 
 def new(source: str, hook: "str | None" = None) -> dict:
     return {
-        "uid": uuid.uuid4().hex, "time": now_iso(), "source": source, "hook": hook, "act": None,
+        "uid": os.urandom(16).hex(), "time": now_iso(), "source": source, "hook": hook, "act": None,
         "agent": None, "session": None, "project": None, "outcome": "error", "duration_ms": None,
         "candidates": 0, "above_floor": 0, "delivered": 0, "cut": 0, "withheld": 0,
         "delivered_ids": [], "delivered_chars": 0, "cut_chars": 0, "withheld_chars": 0,
