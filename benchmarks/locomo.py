@@ -199,11 +199,14 @@ def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5)
     conn.execute("PRAGMA synchronous = OFF")  # a throwaway store: durability is not measured here
     asked, maps, t_index = [], {}, 0.0
     searcher = searcher or search
+    # Index everything first: one store holds every conversation (as a real store holds many
+    # projects), so document frequencies are the same whichever question is asked first.
     for conv in convs:
         t0 = time.perf_counter()
-        id2dia = index(conn, conv, style)
+        maps[conv.sample_id] = index(conn, conv, style)
         t_index += time.perf_counter() - t0
-        maps[conv.sample_id] = id2dia
+    for conv in convs:
+        id2dia = maps[conv.sample_id]
         base = Baseline(conv, style)
         sc = scope_for(conv)
         for q in conv.questions:
