@@ -1,0 +1,161 @@
+"""The judge: does any memory the search found actually answer the need?
+
+A search rank cannot say "nothing": its top result is always something. The judge gives each
+candidate a score that means the same thing for every need, so one threshold (settings
+judge.threshold, calibrated on development data, see docs/judge.md) decides what passes, and
+when nothing answers, nothing passes.
+
+The score is query likelihood, measured as how much the memory helps a small language model
+predict the need:
+
+    judge_score = (log P(need | memory) - log P(need | no memory)) / tokens in the need
+
+A memory that answers the need makes its words predictable (names, places, the error text);
+an unrelated memory does not, and the per-token average keeps long and short needs on one
+scale. The "no memory" likelihood is computed once per need; every candidate costs one
+decode of its memory plus the need.
+
+When no model is available the result says so (available=False, error=why) and nothing
+passes: the judge never degrades to "inject everything".
+"""
+
+import time
+from dataclasses import dataclass, field
+
+from recalld import llm
+from recalld.scope import Scope
+
+METHOD = "query-likelihood"
+MAX_MEMORY_CHARS = 1500  # a memory longer than this is judged on its head
+MAX_NEED_CHARS = 600  # a long need is judged on its tail (the latest reasoning or error)
+
+# The same frame with and without the memory, so the difference isolates what the memory adds.
+WITH_MEMORY = "Note: {memory}\nQuestion:"
+WITHOUT_MEMORY = "Note: (none)\nQuestion:"
+
+
+@dataclass
+class Verdict:
+    memory_id: int
+    text: str
+    search_score: float
+    judge_score: "float | None"
+    passed: bool
+    detail: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"memory_id": self.memory_id, "text": self.text,
+                "search_score": round(self.search_score, 4),
+                "judge_score": None if self.judge_score is None else round(self.judge_score, 4),
+                "passed": self.passed, **({"detail": self.detail} if self.detail else {})}
+
+
+@dataclass
+class JudgeResult:
+    need: str
+    candidates: list
+    passed: list
+    model: "str | None"
+    model_ms: float
+    available: bool
+    error: "str | None"
+    threshold: float
+    method: str = METHOD
+    search_ms: float = 0.0
+    load_ms: "float | None" = None  # set on the call that loaded the model
+
+    def as_dict(self) -> dict:
+        return {"need": self.need, "method": self.method, "model": self.model,
+                "available": self.available, "error": self.error, "threshold": self.threshold,
+                "model_ms": round(self.model_ms, 1), "search_ms": round(self.search_ms, 1),
+                "load_ms": None if self.load_ms is None else round(self.load_ms, 1),
+                "candidates": [v.as_dict() for v in self.candidates],
+                "passed": [v.memory_id for v in self.passed]}
+
+
+def _clip_memory(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MEMORY_CHARS else text[:MAX_MEMORY_CHARS] + " ..."
+
+
+def clip_need(need: str) -> str:
+    need = " ".join(need.split())
+    return need if len(need) <= MAX_NEED_CHARS else need[-MAX_NEED_CHARS:]
+
+
+def score_texts(runtime, need: str, texts: list, deadline: "float | None" = None) -> list:
+    """Judge score for each memory text (None for those the deadline cut off).
+
+    Raises llm.LLMTimeout only if not even the baseline fitted; a partial run returns Nones."""
+    need_c = " " + clip_need(need)
+
+    def left():
+        return None if deadline is None else max(0.05, deadline - time.monotonic())
+
+    base, n = runtime.loglik(WITHOUT_MEMORY, need_c, timeout_s=left())
+    out = []
+    for t in texts:
+        if deadline is not None and time.monotonic() >= deadline:
+            out.append(None)
+            continue
+        try:
+            ll, _ = runtime.loglik(WITH_MEMORY.format(memory=_clip_memory(t)), need_c, timeout_s=left())
+        except llm.LLMTimeout:
+            out.append(None)
+            continue
+        out.append((ll - base) / max(n, 1))
+    return out
+
+
+def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeResult:
+    """Search -> top candidates -> judge each -> pass those at or above the threshold."""
+    from recalld.search import search
+
+    jcfg = cfg.get("judge") or {}
+    threshold = float(jcfg.get("threshold", 0.0))
+    k = int(jcfg.get("max_candidates", 5))
+    timeout_s = float(jcfg.get("timeout_s", 20))
+    t0 = time.perf_counter()
+    hits = search(conn, need, scope, limit=k, floor=0.0) if need and need.strip() else []
+    search_ms = (time.perf_counter() - t0) * 1000
+    cands = [Verdict(h.id, h.text, h.score, None, False) for h in hits]
+    res = JudgeResult(need=need, candidates=cands, passed=[], model=None, model_ms=0.0,
+                      available=False, error=None, threshold=threshold, search_ms=search_ms)
+
+    load_ms = None
+    if runtime is None:
+        if not cands:
+            # Nothing to judge: say whether a judge would be there without loading it.
+            choice = llm.resolve("judge", cfg)
+            res.available, res.error = choice.available, choice.reason
+            res.model = choice.path and choice.path.rsplit("/", 1)[-1]
+            return res
+        first = not llm.loaded()
+        try:
+            runtime = llm.require_runtime("judge", cfg)
+        except llm.Unavailable as e:
+            res.error = str(e)
+            return res
+        if first:
+            load_ms = runtime.load_ms
+    res.available, res.model, res.load_ms = True, runtime.name, load_ms
+    if not cands:
+        return res
+
+    deadline = time.monotonic() + timeout_s
+    ms0 = runtime.model_ms
+    try:
+        scores = score_texts(runtime, need, [v.text for v in cands], deadline)
+    except llm.LLMTimeout as e:
+        scores, res.error = [None] * len(cands), f"judge timed out: {e}"
+    except llm.LLMError as e:
+        scores, res.error = [None] * len(cands), f"judge failed: {e}"
+    res.model_ms = runtime.model_ms - ms0
+    for v, s in zip(cands, scores):
+        v.judge_score = None if s is None else round(s, 4)
+        v.passed = v.judge_score is not None and v.judge_score >= threshold
+    unscored = sum(s is None for s in scores)
+    if unscored and res.error is None:
+        res.error = f"judge timed out after {timeout_s:g} s; {unscored} of {len(cands)} candidates unjudged"
+    res.passed = [v for v in cands if v.passed]
+    return res
