@@ -16,6 +16,7 @@ def _scope(cwd):
 
 def build():
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError  # reaches the agent as the error text
 
     server = MCPServer("recalld")
 
@@ -43,7 +44,7 @@ def build():
             return {"id": res.memory["id"], "superseded": [m["id"] for m in res.superseded],
                     "changed": [res.memory, *res.superseded], "similar": res.similar}
         except store.MemoryError_ as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
@@ -54,7 +55,7 @@ def build():
         try:
             return store.history(conn, memory_id)
         except store.MemoryError_ as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
@@ -65,7 +66,7 @@ def build():
         try:
             return store.retract(conn, memory_id, why, _scope(cwd), )
         except store.MemoryError_ as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
