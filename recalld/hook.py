@@ -283,6 +283,13 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[s
     r["session"] = hi.session
     r["agent"] = scope.resolve_agent(payload)
     r["detail"]["agent_kind"] = hi.agent_kind
+    if hi.act == "boot":
+        try:  # daemon.autostart: spawn it detached if not running; never waits, never raises
+            from recalld import autostart
+
+            r["detail"]["daemon"] = autostart.maybe_start(cfg)
+        except Exception:
+            pass
     if cfg.get("receipt_hash") and hi.text:
         import hashlib
 
