@@ -117,34 +117,10 @@ def remember(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "pr
              check_similar: bool = True) -> WriteResult:
     text, tell = _validate(text, kind, scope, tell)
     old_ids = [parse_id(s) for s in supersedes]
-    stemmer = Stemmer(conn)
-    aux = aux_text(text + " " + (tell or ""))
-    terms = " ".join(sorted(stemmer.terms_of(" ".join([text, tell or "", aux]))))
+    aux, terms = _index_terms(conn, text, tell)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for oid in old_ids:
-            old = get(conn, oid)
-            if old is None:
-                raise MemoryError_(f"m{oid} does not exist")
-            if not visible(old, sc):
-                raise MemoryError_(f"m{oid} is not in this scope (project {sc.project}, agent {sc.agent})")
-            if old["invalid_at"] is not None:
-                raise MemoryError_(f"m{oid} is already invalid since {old['invalid_at']}"
-                                   + (f" (superseded by m{old['superseded_by']})" if old["superseded_by"] else ""))
-        now = receipts.now_iso()
-        cur = conn.execute(
-            """INSERT INTO memories (text, kind, scope, project, agent, tell, always, session, source,
-                                     created_at, valid_from, aux, terms)
-               VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-            (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms))
-        new_id = cur.lastrowid
-        conn.execute("INSERT INTO memory_changes (time, memory_id, action, session) VALUES (?,?,?,?)",
-                     (now, new_id, "created", session))
-        for oid in old_ids:
-            conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
-                         (now, new_id, f"superseded by m{new_id}", oid))
-            conn.execute("INSERT INTO memory_changes (time, memory_id, action, other_id, session) VALUES (?,?,?,?,?)",
-                         (now, oid, "superseded", new_id, session))
+        new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -153,6 +129,55 @@ def remember(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "pr
     if check_similar:
         result.similar = similar(conn, text, sc, exclude={new_id, *old_ids})
     return result
+
+
+def remember_in_transaction(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "project",
+                            kind: str = "fact", tell: "str | None" = None, always: bool = False,
+                            supersedes=(), session: "str | None" = None, source: str = "cli") -> WriteResult:
+    """remember()'s write inside the caller's open BEGIN IMMEDIATE transaction. The caller
+    commits, so the memory and the caller's own rows (a proposal's approval) land together or
+    not at all. Durable once the caller's COMMIT returns."""
+    if not conn.in_transaction:
+        raise MemoryError_("remember_in_transaction needs the caller's open transaction")
+    text, tell = _validate(text, kind, scope, tell)
+    old_ids = [parse_id(s) for s in supersedes]
+    aux, terms = _index_terms(conn, text, tell)
+    new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms)
+    return WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids])
+
+
+def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None") -> tuple[str, str]:
+    aux = aux_text(text + " " + (tell or ""))
+    terms = " ".join(sorted(Stemmer(conn).terms_of(" ".join([text, tell or "", aux]))))
+    return aux, terms
+
+
+def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms) -> int:
+    """The rows of one write; the caller holds the transaction."""
+    for oid in old_ids:
+        old = get(conn, oid)
+        if old is None:
+            raise MemoryError_(f"m{oid} does not exist")
+        if not visible(old, sc):
+            raise MemoryError_(f"m{oid} is not in this scope (project {sc.project}, agent {sc.agent})")
+        if old["invalid_at"] is not None:
+            raise MemoryError_(f"m{oid} is already invalid since {old['invalid_at']}"
+                               + (f" (superseded by m{old['superseded_by']})" if old["superseded_by"] else ""))
+    now = receipts.now_iso()
+    cur = conn.execute(
+        """INSERT INTO memories (text, kind, scope, project, agent, tell, always, session, source,
+                                 created_at, valid_from, aux, terms)
+           VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+        (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms))
+    new_id = cur.lastrowid
+    conn.execute("INSERT INTO memory_changes (time, memory_id, action, session) VALUES (?,?,?,?)",
+                 (now, new_id, "created", session))
+    for oid in old_ids:
+        conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
+                     (now, new_id, f"superseded by m{new_id}", oid))
+        conn.execute("INSERT INTO memory_changes (time, memory_id, action, other_id, session) VALUES (?,?,?,?,?)",
+                     (now, oid, "superseded", new_id, session))
+    return new_id
 
 
 def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | None" = None) -> dict:

@@ -1,0 +1,232 @@
+"""What a draft must pass before it may be stored as a proposal.
+
+Two jobs. Redaction: secrets (provider keys and tokens, private keys, passwords in URLs and
+assignments, bearer headers, `.env` lines) are replaced by `[REDACTED:kind]` before text goes
+to the model, into a draft, into the store, a log or a receipt. Screening: narration and
+progress reports, drafts that are too short or too long, duplicates of a current memory or a
+pending proposal, and low-confidence drafts are rejected, each counted by reason.
+
+Standard library only at module level: the stop hook redacts the agent's last message with
+`redact` on the hot path. rapidfuzz is imported where duplicates are checked.
+"""
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+KINDS = ("decision", "constraint", "fact", "procedure", "preference")
+PLACEHOLDER = "[REDACTED:{}]"
+_NOT_REDACTED = r"(?!\[REDACTED)"
+
+# (kind, pattern, replacement). Order matters: specific provider formats first, then the
+# generic shapes (assignments, headers) that would otherwise swallow them under a vaguer name.
+_PATTERNS: list = [
+    ("private-key", re.compile(
+        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
+        r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), None),
+    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{10,}"), None),
+    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9][A-Za-z0-9_\-]{19,}"), None),
+    ("stripe-key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,}"), None),
+    ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"), None),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), None),
+    ("slack-token", re.compile(r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"), None),
+    ("slack-webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"), None),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), None),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"), None),
+    # scheme://user:password@host -> keep the user and host, drop the password
+    ("url-password", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+):" + _NOT_REDACTED
+                                + r"([^\s@/\"'<>]+)@"), r"\1:[REDACTED:url-password]@"),
+    ("bearer", re.compile(r"(?i)\b((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?"
+                          r"(?:bearer|basic|token|bot)\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{6,}"),
+     r"\1[REDACTED:bearer]"),
+    ("bearer", re.compile(r"(?i)\b(bearer\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/\-]{12,}=*"),
+     r"\1[REDACTED:bearer]"),
+    # .env-style lines: KEY=VALUE where the name says secret
+    ("env-secret", re.compile(
+        r"(?m)^(\s*(?:export\s+)?[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|"
+        r"CREDENTIALS?|AUTH)[A-Z0-9_]*\s*=\s*)" + _NOT_REDACTED + r"(\S.*)$"), r"\1[REDACTED:env-secret]"),
+    # password = "...", "api_key": "...", token: ..., --password ...
+    ("assignment", re.compile(
+        r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*)"
+        r"([\"'])" + _NOT_REDACTED + r"([^\"'\n]{4,})\2"), r"\1\2[REDACTED:assignment]\2"),
+    ("assignment", re.compile(
+        r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*[\"']?)"
+        + _NOT_REDACTED + r"([^\s\"',;}{)(]{4,})"), r"\1[REDACTED:assignment]"),
+    ("cli-secret", re.compile(r"(?i)(--(?:password|passwd|token|api-key|secret|client-secret)[= ])"
+                              + _NOT_REDACTED + r"(\S{4,})"), r"\1[REDACTED:cli-secret]"),
+]
+
+
+def redact(text: str) -> tuple[str, Counter]:
+    """(text with every secret replaced, count per kind)."""
+    counts: Counter = Counter()
+    if not text:
+        return text or "", counts
+    for kind, pattern, repl in _PATTERNS:
+        if repl is None:
+            repl = PLACEHOLDER.format(kind)
+
+        def _sub(m, _repl=repl, _kind=kind):
+            counts[_kind] += 1
+            return m.expand(_repl)
+
+        text = pattern.sub(_sub, text)
+    return text, counts
+
+
+def has_secret(text: str) -> bool:
+    return bool(redact(text)[1])
+
+
+# --- screening -----------------------------------------------------------------------------
+
+# Narration and progress: what the agent did, is doing or will do, not what is true.
+_NARRATION_START = re.compile(
+    r"^\s*(?:(?:i|we)(?:'ve|'ll|'m| have| will| am| are| just)?\s+(?:now\s+)?(?:updated|added|fixed|changed|"
+    r"created|implemented|modified|ran|run|made|removed|refactored|wrote|committed|pushed|moved|renamed|"
+    r"deleted|installed|started|finished|completed|tested|checked|verified|going|will|need|should|think|"
+    r"can|could|looked|found|see|noticed)\b|i'll\b|i'm\b|let me\b|let's\b|now,?\s+let's\b|now\s+i\b|next,?\s|"
+    r"then,?\s|done\b|all done\b|finished\b|ok(?:ay)?\b|sure\b|great\b|perfect\b|alright\b|"
+    r"here(?:'s| is| are)\b|the user (?:asked|wants|requested|said)\b|user (?:asked|wants|requested)\b)",
+    re.I)
+_NARRATION_ANY = re.compile(
+    r"\b(?:i(?:'ve| have)? (?:just )?(?:updated|added|fixed|changed|created|implemented|modified|refactored)|"
+    r"now let's|let me (?:check|look|see|run|try)|i'll (?:now |go |start |run |check |fix |update |add )|"
+    r"(?:successfully|now) (?:updated|added|fixed|implemented|created)|all (?:tests )?(?:pass(?:ing)?|done))\b",
+    re.I)
+_WORD = re.compile(r"[\w'’-]+")
+
+
+def is_narration(text: str) -> bool:
+    return bool(_NARRATION_START.search(text) or _NARRATION_ANY.search(text))
+
+
+def _norm(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+@dataclass
+class Draft:
+    kind: str
+    text: str
+    why: str = ""
+    confidence: "float | None" = None
+    redactions: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "text": self.text, "why": self.why, "confidence": self.confidence,
+                "redactions": self.redactions}
+
+
+@dataclass
+class Screened:
+    kept: list  # Drafts that may be stored
+    rejected: list  # (Draft, reason)
+    redactions: Counter
+
+    @property
+    def by_reason(self) -> dict:
+        return dict(Counter(reason for _, reason in self.rejected))
+
+
+DEFAULTS = {"max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
+            "min_confidence": 0.5, "duplicate_ratio": 88}
+
+
+def coerce(raw) -> "Draft | None":
+    """A model's JSON object -> Draft, redacted; None when it is not a draft at all."""
+    if not isinstance(raw, dict):
+        return None
+    kind = raw.get("kind")
+    text = raw.get("text")
+    if not isinstance(text, str) or not isinstance(kind, str):
+        return None
+    why = raw.get("why") if isinstance(raw.get("why"), str) else ""
+    conf = raw.get("confidence")
+    conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
+    text, c1 = redact(" ".join(text.split()))
+    why, c2 = redact(" ".join(why.split()))
+    return Draft(kind=kind.strip().lower(), text=text, why=why, confidence=conf, redactions=dict(c1 + c2))
+
+
+def similarity(a: str, b: str) -> float:
+    """0..100: how nearly two drafts say the same thing (word order and case ignored)."""
+    from rapidfuzz import fuzz
+
+    na, nb = _norm(a), _norm(b)
+    if not na or not nb:
+        return 0.0
+    score = fuzz.token_sort_ratio(na, nb)
+    # A draft that is a near-subset of a longer memory says nothing new; only count it when
+    # the two are of comparable length, or "use uv" would duplicate every memory about uv.
+    la, lb = len(na), len(nb)
+    if min(la, lb) / max(la, lb) >= 0.6:
+        score = max(score, fuzz.token_set_ratio(na, nb))
+    return float(score)
+
+
+def _closest(text: str, others: list) -> "tuple[float, int | None]":
+    from rapidfuzz import process
+
+    if not others:
+        return 0.0, None
+    norm = _norm(text)
+    best = process.extractOne(norm, [_norm(o) for o in others], scorer=lambda a, b, **_: similarity(a, b))
+    if best is None:
+        return 0.0, None
+    return float(best[1]), best[2]
+
+
+def screen(drafts: list, *, memories: list = (), pending: list = (), requests: list = (),
+           cfg: "dict | None" = None) -> Screened:
+    """Apply every policy, in a fixed order so each rejection has one reason.
+
+    memories: texts of current memories in scope; pending: texts of pending proposals;
+    requests: the user's own prompts in the window (a draft that repeats one is a request,
+    not something learned)."""
+    c = dict(DEFAULTS, **(cfg or {}))
+    kept, rejected = [], []
+    redactions: Counter = Counter()
+    seen = list(pending)
+    for raw in drafts:
+        d = raw if isinstance(raw, Draft) else coerce(raw)
+        if d is None:
+            rejected.append((Draft(kind="?", text=""), "malformed"))
+            continue
+        redactions.update(d.redactions)
+        reason = _reason(d, c, memories, seen, requests, len(kept))
+        if reason:
+            rejected.append((d, reason))
+            continue
+        kept.append(d)
+        seen.append(d.text)
+    return Screened(kept, rejected, redactions)
+
+
+def _reason(d: Draft, c: dict, memories, seen, requests, n_kept: int) -> "str | None":
+    text = d.text.strip()
+    if d.kind not in KINDS or not text:
+        return "malformed"
+    # What is left once the secrets are gone must still say something.
+    bare = re.sub(r"\[REDACTED:[a-z\-]+\]", "", text)
+    words = _WORD.findall(bare)
+    if len(bare.strip()) < int(c["min_chars"]) or len(words) < int(c["min_words"]):
+        return "too_short"
+    if len(text) > int(c["max_chars"]):
+        return "too_long"
+    if is_narration(text):
+        return "narration"
+    if d.confidence is not None and d.confidence < float(c["min_confidence"]):
+        return "low_confidence"
+    ratio = float(c["duplicate_ratio"])
+    if requests and _closest(text, list(requests))[0] >= ratio:
+        return "echoes_request"
+    if memories and _closest(text, list(memories))[0] >= ratio:
+        return "duplicate_memory"
+    if seen and _closest(text, list(seen))[0] >= ratio:
+        return "duplicate_proposal"
+    if n_kept >= int(c["max_drafts"]):
+        return "over_limit"
+    return None
