@@ -1,0 +1,243 @@
+"""transcripts.py against the real Claude Code transcripts in ../shared/data/transcripts/ and a
+Codex rollout written from the documented field names (../shared/reference/agent-hooks.md)."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import TRANSCRIPTS
+from recalld import transcripts as T
+
+REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
+
+
+def raw_records(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_real_transcripts_are_there():
+    assert len(REAL) >= 5, "the shared transcripts are missing"
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_every_content_block_becomes_one_event(path):
+    """Count the blocks straight from the raw records (field names from the reference) and
+    compare with what the parser emits, kind by kind."""
+    expected = {"reasoning": 0, "tool_call": 0, "tool_result": 0, "text": 0}
+    for o in raw_records(path):
+        if o.get("type") not in ("user", "assistant"):
+            continue
+        content = o["message"]["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for b in blocks:
+            if b["type"] == "thinking" and b["thinking"].strip():
+                expected["reasoning"] += 1
+            elif b["type"] == "tool_use":
+                expected["tool_call"] += 1
+            elif b["type"] == "tool_result":
+                expected["tool_result"] += 1
+            elif b["type"] == "text" and b["text"].strip() and o["type"] == "assistant":
+                expected["text"] += 1
+    got = {k: 0 for k in expected}
+    for ev in T.parse_file(path):
+        if ev.kind in got and not (ev.kind == "text" and ev.role != "assistant"):
+            got[ev.kind] += 1
+    assert got == expected
+
+
+def test_claude_short_session_fields():
+    evs = list(T.parse_file(TRANSCRIPTS / "spotter-short.jsonl"))
+    assert {e.session for e in evs} == {"55604662-cf2a-4331-851a-ec234028f8ca"}
+    assert all(e.cwd == "/home/marco/projects/spotter" for e in evs)
+    assert all(e.project for e in evs)
+    first = evs[0]
+    assert (first.role, first.kind, first.text) == ("user", "prompt", "mix phx.server doesnt seem to start")
+    # one API message (msg_01MKH1cc...) split over lines: each block stays its own event, in order
+    kinds = [e.kind for e in evs[1:5]]
+    assert kinds == ["reasoning", "text", "tool_call", "tool_call"]
+    bash = evs[3]
+    assert bash.tool == "Bash" and bash.tool_input["command"] == "mix phx.server 2>&1 | head -80"
+    assert "mix phx.server" in bash.text
+    # tool results carry the tool's name (joined by tool_use_id) and the error flag
+    results = [e for e in evs if e.kind == "tool_result"]
+    assert [(r.tool, r.is_error) for r in results] == [("Bash", True), ("Glob", True)]
+    assert all(e.source.endswith("spotter-short.jsonl") and e.line_no > 0 for e in evs)
+
+
+def test_claude_turn_end_from_stop_hook_summary():
+    evs = list(T.parse_file(TRANSCRIPTS / "spotter-subagent.jsonl"))
+    ends = [e for e in evs if e.kind == "turn_end"]
+    assert ends and ends[-1].line_no == 96  # the system stop_hook_summary record
+    # a meta (skill expansion) user record is not the user's prompt
+    metas = [e for e in evs if e.role == "system" and e.kind == "text"]
+    assert metas and metas[0].text.startswith("Create beads")
+
+
+def test_claude_bash_success_is_not_an_error():
+    evs = list(T.parse_file(TRANSCRIPTS / "spotter-subagent.jsonl"))
+    bash_results = [e for e in evs if e.kind == "tool_result" and e.tool == "Bash"]
+    assert bash_results and not any(e.is_error for e in bash_results)
+
+
+def test_subagent_file_layout(tmp_path):
+    """<session>/subagents/agent-<id>.jsonl: its own agent, the parent's session."""
+    d = tmp_path / "-path-to-Demo" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7" / "subagents"
+    d.mkdir(parents=True)
+    dst = d / "agent-test-hash-123.jsonl"
+    shutil.copy(TRANSCRIPTS / "viewer-agent-test-hash-123.jsonl", dst)
+    evs = list(T.parse_file(dst))
+    assert {e.agent for e in evs} == {"agent-test-hash-123"}
+    assert {e.session for e in evs} == {"5c0375b4-57a5-4f26-b12d-d022ee4e51b7"}
+    # the record's stop_reason end_turn closes the turn
+    assert [e.kind for e in evs] == ["prompt", "text", "turn_end"]
+
+
+def test_sidechain_records_are_kept_apart_from_main():
+    evs = list(T.parse_file(TRANSCRIPTS / "viewer-5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"))
+    raw = raw_records(TRANSCRIPTS / "viewer-5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl")
+    side_lines = {i + 1 for i, o in enumerate(raw) if o.get("isSidechain")}
+    assert side_lines
+    for e in evs:
+        assert (e.agent != "main") == (e.line_no in side_lines)
+
+
+def test_a_new_prompt_closes_an_open_turn():
+    evs = list(T.parse_file(TRANSCRIPTS / "spotter-tool_heavy.jsonl"))
+    for i, e in enumerate(evs):
+        if e.kind == "prompt" and i > 0 and evs[i - 1].kind not in ("turn_end",) and \
+                any(x.kind != "turn_end" for x in evs[:i]):
+            pytest.fail(f"prompt at line {e.line_no} did not close the turn before it")
+
+
+def test_malformed_lines_are_skipped_and_counted(tmp_path):
+    src = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)
+    bad = [b'{"type": "user", "message": \n', b"not json at all\n", b"[1, 2, 3]\n",
+           b'{"type": "assistant", "message": "a string, not an object"}\n']
+    mixed = src[:5] + bad + src[5:]
+    p = tmp_path / "s.jsonl"
+    p.write_bytes(b"".join(mixed))
+    st = T.new_state(p)
+    evs = []
+    for line in mixed:
+        evs.extend(T.parse_line(line, st) or [])
+    assert st.malformed == 4
+    assert st.line_no == len(mixed)
+    clean = list(T.parse_file(TRANSCRIPTS / "spotter-short.jsonl"))
+    assert [(e.kind, e.text) for e in evs] == [(e.kind, e.text) for e in clean]
+
+
+def test_partial_last_line_is_not_an_event(tmp_path):
+    lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)
+    p = tmp_path / "s.jsonl"
+    p.write_bytes(b"".join(lines[:4]) + lines[4][:40])
+    assert [e.line_no for e in T.parse_file(p)] == [4]
+
+
+# --- Codex ----------------------------------------------------------------------------------
+
+SESSION = "0199a213-81c0-7800-8aa1-bbab2a035a53"
+
+
+def codex_rollout(cwd: str) -> list:
+    """A rollout in the documented shape: {"timestamp", "type", "payload"} lines."""
+    ts = "2026-11-29T10:00:0{}.000Z"
+    return [
+        {"timestamp": ts.format(0), "type": "session_meta",
+         "payload": {"id": SESSION, "timestamp": ts.format(0), "cwd": cwd, "originator": "codex_cli_rs",
+                     "cli_version": "0.46.0", "instructions": None}},
+        {"timestamp": ts.format(1), "type": "response_item",
+         "payload": {"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": "<environment_context>\n  <cwd>" + cwd + "</cwd>\n</environment_context>"}]}},
+        {"timestamp": ts.format(1), "type": "turn_context",
+         "payload": {"cwd": cwd, "approval_policy": "on-request", "model": "gpt-5-codex"}},
+        {"timestamp": ts.format(2), "type": "response_item",
+         "payload": {"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": "why does the migration test fail?"}]}},
+        {"timestamp": ts.format(2), "type": "event_msg",
+         "payload": {"type": "user_message", "message": "why does the migration test fail?", "images": []}},
+        {"timestamp": ts.format(3), "type": "response_item",
+         "payload": {"type": "reasoning", "summary": [{"type": "summary_text", "text": "**Investigating the failing migration test**\n\nI need to figure out why test_migrations fails."}],
+                     "content": None, "encrypted_content": "gAAAAB..."}},
+        {"timestamp": ts.format(4), "type": "response_item",
+         "payload": {"type": "function_call", "name": "shell",
+                     "arguments": json.dumps({"command": ["bash", "-lc", "pytest -q tests/test_migrations.py"], "workdir": cwd}),
+                     "call_id": "call_abc"}},
+        {"timestamp": ts.format(5), "type": "response_item",
+         "payload": {"type": "function_call_output", "call_id": "call_abc",
+                     "output": json.dumps({"output": "E   sqlite3.OperationalError: no such table: tail_offsets\n1 failed",
+                                           "metadata": {"exit_code": 1, "duration_seconds": 0.8}})}},
+        {"timestamp": ts.format(6), "type": "response_item",
+         "payload": {"type": "custom_tool_call", "status": "completed", "call_id": "call_def", "name": "apply_patch",
+                     "input": "*** Begin Patch\n*** Update File: recalld/migrations.py\n@@\n-x\n+y\n*** End Patch"}},
+        {"timestamp": ts.format(7), "type": "response_item",
+         "payload": {"type": "custom_tool_call_output", "call_id": "call_def",
+                     "output": json.dumps({"output": "Success. Updated the following files:\nM recalld/migrations.py\n",
+                                           "metadata": {"exit_code": 0}})}},
+        {"timestamp": ts.format(8), "type": "response_item",
+         "payload": {"type": "message", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "The table was missing from migration 2; fixed."}]}},
+        {"timestamp": ts.format(8), "type": "event_msg",
+         "payload": {"type": "agent_message", "message": "The table was missing from migration 2; fixed."}},
+        {"timestamp": ts.format(9), "type": "event_msg",
+         "payload": {"type": "task_complete", "last_agent_message": "The table was missing from migration 2; fixed."}},
+    ]
+
+
+def write_rollout(tmp_path, cwd, compress=False):
+    d = tmp_path / "sessions" / "2026" / "11" / "29"
+    d.mkdir(parents=True)
+    name = f"rollout-2026-11-29T10-00-00-{SESSION}.jsonl"
+    data = "".join(json.dumps(o) + "\n" for o in codex_rollout(cwd)).encode()
+    if compress:
+        import zstandard
+
+        p = d / (name + ".zst")
+        p.write_bytes(zstandard.ZstdCompressor().compress(data))
+    else:
+        p = d / name
+        p.write_bytes(data)
+    return p
+
+
+def check_codex_events(evs, cwd):
+    assert [(e.role, e.kind) for e in evs] == [
+        ("user", "prompt"), ("assistant", "reasoning"), ("assistant", "tool_call"), ("tool", "tool_result"),
+        ("assistant", "tool_call"), ("tool", "tool_result"), ("assistant", "text"), ("system", "turn_end")]
+    assert {e.session for e in evs} == {SESSION}
+    assert {e.cwd for e in evs} == {cwd}
+    assert evs[0].text == "why does the migration test fail?"
+    assert "figure out why test_migrations fails" in evs[1].text
+    shell = evs[2]
+    assert shell.tool == "shell" and "pytest -q tests/test_migrations.py" in shell.text
+    assert (evs[3].tool, evs[3].is_error) == ("shell", True)
+    assert "no such table" in evs[3].text
+    assert evs[4].tool == "apply_patch" and "recalld/migrations.py" in evs[4].text
+    assert (evs[5].tool, evs[5].is_error) == ("apply_patch", False)
+
+
+def test_codex_rollout(tmp_path, project):
+    p = write_rollout(tmp_path, str(project))
+    evs = list(T.parse_file(p))
+    check_codex_events(evs, str(project))
+    assert {e.project for e in evs} == {str(project)}
+
+
+def test_codex_rollout_zst(tmp_path, project):
+    pytest.importorskip("zstandard")
+    p = write_rollout(tmp_path, str(project), compress=True)
+    check_codex_events(list(T.parse_file(p)), str(project))
+
+
+def test_codex_legacy_bare_items(tmp_path):
+    """Older rollouts: a first line with the session id, then bare response items."""
+    lines = [{"id": SESSION, "timestamp": "2025-05-01T10:00:00Z", "instructions": ""},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]},
+             {"type": "function_call", "name": "shell", "arguments": '{"command": ["ls"]}', "call_id": "c1"},
+             {"type": "function_call_output", "call_id": "c1", "output": "bash: ls: command not found\nExit code: 127"}]
+    p = tmp_path / f"rollout-2025-05-01T10-00-00-{SESSION}.jsonl"
+    p.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    evs = list(T.parse_file(p))
+    assert [e.kind for e in evs] == ["prompt", "tool_call", "tool_result"]
+    assert evs[2].is_error and evs[2].tool == "shell"
+    assert {e.session for e in evs} == {SESSION}
