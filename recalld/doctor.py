@@ -31,7 +31,7 @@ def time_hook(prefix: list, cwd: str, timeout_s: float = 30) -> dict:
     session = f"recalld-doctor-{uuid.uuid4().hex[:12]}"
     data = json.dumps(probe_payload(cwd, session)).encode()
     out = {"command": [*prefix, "hook", "prompt-submit"], "session": session, "wall_ms": None,
-           "exit_code": None, "stdout_valid": None, "receipt": None, "error": None}
+           "bare_python_ms": None, "exit_code": None, "stdout_valid": None, "receipt": None, "error": None}
     t0 = time.perf_counter()
     try:
         res = subprocess.run(out["command"], input=data, capture_output=True, timeout=timeout_s, cwd=cwd)
@@ -40,6 +40,7 @@ def time_hook(prefix: list, cwd: str, timeout_s: float = 30) -> dict:
         return out
     out["wall_ms"] = round((time.perf_counter() - t0) * 1000, 1)
     out["exit_code"] = res.returncode
+    out["bare_python_ms"] = bare_python_ms()
     text = res.stdout.decode("utf-8", "replace").strip()
     if not text:
         out["stdout_valid"] = True
@@ -66,6 +67,17 @@ def time_hook(prefix: list, cwd: str, timeout_s: float = 30) -> dict:
     elif out["error"] is None:
         out["error"] = "the hook ran but left no receipt"
     return out
+
+
+def bare_python_ms() -> "float | None":
+    """One `python3 -c pass`, right after the hook: how much of the hook's time is this
+    machine's interpreter start."""
+    t0 = time.perf_counter()
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return round((time.perf_counter() - t0) * 1000, 1)
 
 
 def _ro_conn() -> "sqlite3.Connection | None":

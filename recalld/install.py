@@ -666,8 +666,8 @@ def plan_uninstall(agent: str, scope: str = "user", cwd=None) -> Plan:
         _drop_empty(data, before, known[0] if known else None, emptied)
         after = _dump_json(data) if what else text
         if what:
-            pre = _pre_install_text(path)
-            if pre is not None and _parses_to(pre, data):
+            pre = next((t for t in _pre_install_texts(path) if _parses_to(t, data)), None)
+            if pre is not None:
                 after = pre  # back to the very bytes the file had before install
             elif known and known[1] and data == {}:
                 after = None  # recalld created this file; it holds nothing else
@@ -684,18 +684,20 @@ def plan_uninstall(agent: str, scope: str = "user", cwd=None) -> Plan:
     return plan
 
 
-def _pre_install_text(path: Path) -> "str | None":
-    """The file as it was before the latest install that changed it (from its backup)."""
+def _pre_install_texts(path: Path) -> list:
+    """The file as it was before each install that changed it since the last uninstall that
+    did, newest first (from the backups)."""
+    out = []
     for rec in reversed(read_log()):
         if rec.get("file") != str(path) or not rec.get("changed"):
             continue
-        if rec.get("action") != "install" or not rec.get("backup"):
-            return None
+        if rec.get("action") != "install":
+            break
         try:
-            return Path(rec["backup"]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
-    return None
+            out.append(Path(rec["backup"]).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, TypeError, KeyError):
+            continue
+    return out
 
 
 def _parses_to(text: str, data: dict) -> bool:

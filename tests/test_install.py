@@ -180,6 +180,9 @@ def test_reinstall_with_a_new_path_replaces_in_place(user):
     pre = load(settings)["hooks"]["PreToolUse"]
     assert pre[0] == CLAUDE_SETTINGS["hooks"]["PreToolUse"][0]  # the user's entry keeps its place
     assert load(user / ".claude.json")["mcpServers"]["recalld"]["command"] == PREFIX[0]
+    install.uninstall("claude-code", "user")
+    assert settings.read_text() == json.dumps(CLAUDE_SETTINGS, indent=4)  # the first backup's bytes
+    assert not (user / ".claude.json").exists()
 
 
 def test_a_recalld_handler_inside_a_users_group_is_taken_out_cleanly(user):
@@ -525,3 +528,20 @@ def test_hooks_dir_matches_the_installer():
     for plugin in market["plugins"]:
         root = (REPO / plugin["source"]).resolve()
         assert json.loads((root / ".claude-plugin" / "plugin.json").read_text())["name"] == plugin["name"]
+
+
+def test_daemon_autostart_follows_the_flag(user):
+    """install turns on settings daemon.autostart only where this build has recalld/autostart.py
+    and the setting; --no-daemon leaves settings alone."""
+    from recalld import settings
+    from recalld.commands.install import autostart_available
+
+    res = run_recalld(["install", "claude-code", "--no-daemon", "--command", shlex.join(PREFIX), "--json"])
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["daemon_autostart"] is None
+    assert not settings.load_overrides()
+    res = run_recalld(["install", "claude-code", "--command", shlex.join(PREFIX), "--json"])
+    assert res.returncode == 0, res.stderr
+    supported = autostart_available() and "autostart" in settings.DEFAULTS.get("daemon", {})
+    assert json.loads(res.stdout)["daemon_autostart"] is (True if supported else None)
+    assert (settings.load_overrides().get("daemon") or {}).get("autostart") is (True if supported else None)

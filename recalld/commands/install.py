@@ -268,8 +268,8 @@ def _print_doctor(rep: dict) -> None:
     if h:
         click.echo(f"\nhook run: {shlex.join(h['command'])}")
         if h["wall_ms"] is not None:
-            click.echo(f"  wall {h['wall_ms']} ms, exit {h['exit_code']}, output "
-                       f"{'valid' if h['stdout_valid'] else 'INVALID'}")
+            click.echo(f"  wall {h['wall_ms']} ms (a bare `python3 -c pass` here: {h['bare_python_ms']} ms), "
+                       f"exit {h['exit_code']}, output {'valid' if h['stdout_valid'] else 'INVALID'}")
         r = h.get("receipt")
         if r:
             click.echo(f"  receipt: {r['outcome']} in {r['duration_ms']} ms inside the hook, "
