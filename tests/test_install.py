@@ -545,3 +545,24 @@ def test_daemon_autostart_follows_the_flag(user):
     supported = autostart_available() and "autostart" in settings.DEFAULTS.get("daemon", {})
     assert json.loads(res.stdout)["daemon_autostart"] is (True if supported else None)
     assert (settings.load_overrides().get("daemon") or {}).get("autostart") is (True if supported else None)
+
+
+def test_plugin_wrapper_runs_recalld_or_nothing(user, project, tmp_path):
+    wrapper = REPO / "hooks" / "claude-code" / "plugin" / "bin" / "recalld-hook"
+    payload = json.dumps({"session_id": "s-plugin", "transcript_path": None, "cwd": str(project),
+                          "permission_mode": "default", "hook_event_name": "UserPromptSubmit",
+                          "prompt": "how do we run the migrations?"}).encode()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "recalld").write_text(f"#!/bin/sh\nexec {shlex.join(PREFIX)} \"$@\"\n")
+    (shim / "recalld").chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{shim}:/usr/bin:/bin")
+    res = subprocess.run([str(wrapper), "prompt-submit"], input=payload, env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    from recalld import db
+
+    assert [r["hook"] for r in receipts.read(db.connect(readonly=True), session="s-plugin")] == ["prompt-submit"]
+    # without recalld on PATH: nothing, and exit 0 (not an error on every prompt)
+    env["PATH"] = "/usr/bin:/bin" if not Path("/usr/bin/recalld").exists() else str(tmp_path / "empty")
+    res = subprocess.run([str(wrapper), "prompt-submit"], input=payload, env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == b"" and res.stderr == b""
