@@ -330,10 +330,20 @@ def _dump_json(data: dict) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+# Keys some agents keep inside `hooks` next to the events (Gemini CLI's older layout).
+HOOKS_CONFIG_KEYS = ("enabled", "disabled", "notifications")
+
+
+def _events(hooks: dict) -> list:
+    return [e for e in hooks if e not in HOOKS_CONFIG_KEYS]
+
+
 def _check_hooks_shape(path: Path, hooks) -> None:
     if not isinstance(hooks, dict):
         raise InstallError(f"{path}: `hooks` is not an object; nothing was changed")
     for event, groups in hooks.items():
+        if event in HOOKS_CONFIG_KEYS:
+            continue
         if not isinstance(groups, list):
             raise InstallError(f"{path}: hooks.{event} is not a list; nothing was changed")
         for g in groups:
@@ -369,7 +379,7 @@ def merge_hooks(data: dict, spec: list, path: Path) -> list:
     for native, matcher, handler in spec:
         wanted.setdefault(native, []).append(_group(matcher, handler))
     what = []
-    for event in list(hooks):
+    for event in _events(hooks):
         if event not in wanted:
             groups, first = _strip_ours(hooks[event])
             if first is not None:
@@ -396,7 +406,7 @@ def remove_hooks(data: dict, path: Path) -> list:
         return []
     _check_hooks_shape(path, hooks)
     removed = []
-    for event in list(hooks):
+    for event in _events(hooks):
         groups, first = _strip_ours(hooks[event])
         if first is not None:
             removed.append(event)
@@ -431,7 +441,7 @@ def _containers(data: dict) -> set:
     if "hooks" in data:
         out.add("hooks")
         if isinstance(data["hooks"], dict):
-            out.update(f"hooks.{e}" for e in data["hooks"])
+            out.update(f"hooks.{e}" for e in _events(data["hooks"]))
     if "mcpServers" in data:
         out.add("mcpServers")
     return out
@@ -445,7 +455,7 @@ def _drop_empty(data: dict, candidates: set, created: "set | None", emptied: set
 
     hooks = data.get("hooks")
     if isinstance(hooks, dict):
-        for event in list(hooks):
+        for event in _events(hooks):
             if hooks[event] == [] and ok(f"hooks.{event}") and f"hooks.{event}" in candidates:
                 del hooks[event]
         if hooks == {} and ok("hooks"):

@@ -7,7 +7,6 @@ import shlex
 import stat
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -297,6 +296,7 @@ model = "gpt-5-mini"
 
 
 def test_codex_toml_block_round_trip(user, tmp_path, monkeypatch):
+    tomllib = pytest.importorskip("tomllib")
     ch = tmp_path / "codex-home"
     monkeypatch.setenv("CODEX_HOME", str(ch))
     cfg = ch / "config.toml"
@@ -331,6 +331,7 @@ def test_codex_toml_block_round_trip(user, tmp_path, monkeypatch):
 
 
 def test_codex_refuses_a_hand_written_recalld_server(user):
+    pytest.importorskip("tomllib")
     cfg = user / ".codex" / "config.toml"
     cfg.parent.mkdir(parents=True)
     hand = '[mcp_servers.recalld]\ncommand = "recalld"\nargs = ["mcp"]\n'
@@ -344,6 +345,7 @@ def test_codex_refuses_a_hand_written_recalld_server(user):
 
 
 def test_codex_block_with_awkward_paths_reads_back():
+    tomllib = pytest.importorskip("tomllib")
     for prefix in (["/opt/my tools/recalld"], ['/weird"quote\\back/recalld'], ["/ünï/cödé/recalld"]):
         text = "a = 1\n" + "\n" + install.toml_block(prefix)
         assert tomllib.loads(text)["mcp_servers"]["recalld"]["command"] == prefix[0]
@@ -375,6 +377,19 @@ def test_gemini_timeouts_in_milliseconds_and_round_trip(user):
     assert data["mcpServers"]["fs"] == original["mcpServers"]["fs"]
     install.uninstall("gemini", "user")
     assert settings.read_text() == text
+
+
+def test_gemini_older_layout_with_switches_inside_hooks(user):
+    settings = user / ".gemini" / "settings.json"
+    original = {"hooks": {"enabled": True, "disabled": ["noisy"], "AfterAgent": [
+        {"hooks": [{"name": "noisy", "type": "command", "command": "./noisy.sh"}]}]}}
+    write_json(settings, original)
+    install.install("gemini", "user", command=PREFIX, mcp=False)
+    data = load(settings)
+    assert data["hooks"]["enabled"] is True and data["hooks"]["disabled"] == ["noisy"]
+    assert len(data["hooks"]["AfterAgent"]) == 2
+    install.uninstall("gemini", "user")
+    assert load(settings) == original
 
 
 # --- git pre-commit hook ---------------------------------------------------------------------------
