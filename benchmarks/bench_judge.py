@@ -1,0 +1,208 @@
+"""Judge quality on the LoCoMo development split, next to the no-judge baseline in the same run.
+
+Each conversation's turns are memories (one per dia_id, each conversation its own project,
+through benchmarks/locomo.py). Every sampled question goes through the real judge pipeline
+(recalld.judge.judge_need: search -> top judge.max_candidates -> judge score), with the
+real embedded model. Reported, at the default threshold and across thresholds:
+
+- answerable (categories 1-4): share where a correct evidence turn passes
+- adversarial (category 5, no answer in the conversation): share where nothing passes
+- precision: share of passed memories that are evidence (answerable questions), and the same
+  counting every adversarial injection as wrong (all questions)
+
+next to the baselines that always inject the top results (top-1 and top-k, k =
+max_candidates) and the pre-step's coverage floor, computed on the same candidates. Also:
+judge time per candidate, model load time.
+
+    python3 benchmarks/bench_judge.py [--quick] [--n N] [--all] [--data PATH] [--json]
+
+The data is read where it lies (CC BY-NC 4.0), never copied into the repository.
+"""
+
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+for p in (str(REPO), str(REPO / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import locomo  # noqa: E402
+
+from recalld import judge, llm, settings  # noqa: E402
+
+QUICK_N = 12  # questions in --quick: a couple of minutes on a busy 2-core machine
+DEFAULT_N = 150  # the default sample; --all asks every question (hours on 2 cores)
+THRESHOLDS = [round(-0.5 + 0.25 * i, 2) for i in range(15)]  # -0.5 .. 3.0
+
+
+def sample(asked: list, n: "int | None", seed: int = 0) -> list:
+    """A fixed random sample keeping the split's share of adversarial questions."""
+    if n is None or n >= len(asked):
+        return list(asked)
+    rng = random.Random(seed)
+    adv = [a for a in asked if a.category == 5]
+    ans = [a for a in asked if a.category != 5]
+    k_adv = round(n * len(adv) / len(asked))
+    picked = rng.sample(ans, n - k_adv) + rng.sample(adv, k_adv)
+    rng.shuffle(picked)
+    return picked
+
+
+def outcomes(rows: list, passes) -> dict:
+    """rows: one per question, {category, evidence, cands: [(dia, search, judge)]};
+    passes(cands) -> the dia_ids injected."""
+    ans = [r for r in rows if r["category"] != 5]
+    adv = [r for r in rows if r["category"] == 5]
+    got = n_inj = n_good = n_inj_adv = 0
+    for r in ans:
+        inj = passes(r["cands"])
+        ev = set(r["evidence"])
+        got += any(d in ev for d in inj)
+        n_inj += len(inj)
+        n_good += sum(d in ev for d in inj)
+    silent = 0
+    for r in adv:
+        inj = passes(r["cands"])
+        silent += not inj
+        n_inj_adv += len(inj)
+
+    def share(a, b):
+        return round(a / b, 3) if b else None
+
+    return {
+        "answerable_evidence_passed": share(got, len(ans)),
+        "adversarial_silent": share(silent, len(adv)),
+        "precision": share(n_good, n_inj),
+        "precision_all": share(n_good, n_inj + n_inj_adv),
+        "injected_per_question": share(n_inj + n_inj_adv, len(rows)),
+    }
+
+
+def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: bool = False,
+        seed: int = 0, verbose: bool = False) -> dict:
+    cfg = settings.load()
+    cfg["judge"] = dict(cfg["judge"])
+    threshold = float(settings.DEFAULTS["judge"]["threshold"])
+    k = int(cfg["judge"]["max_candidates"])
+    floor = float(settings.DEFAULTS["floor"])
+    choice = llm.resolve("judge", cfg)
+    if not choice.available:
+        return {"error": f"judge unavailable: {choice.reason}"}
+    t0 = time.perf_counter()
+    rt = llm.Runtime(choice.path)
+    load_ms = (time.perf_counter() - t0) * 1000
+
+    asked, info = locomo.ask_all(data, keep_store=True)
+    conn, maps = info["conn"], info["maps"]
+    qs = sample(asked, None if all_questions else (n or (QUICK_N if quick else DEFAULT_N)), seed)
+    scopes = {c.sample_id: locomo.scope_for(c) for c in info["convs"]}
+    run_cfg = dict(cfg, judge=dict(cfg["judge"], threshold=-math.inf, timeout_s=600))
+    rows, per_cand_ms, per_need_ms, unjudged = [], [], [], 0
+    t_judge = time.perf_counter()
+    for i, a in enumerate(qs):
+        res = judge.judge_need(conn, a.question, scopes[a.sample_id], run_cfg, runtime=rt)
+        if res.error:
+            unjudged += 1
+        id2dia = maps[a.sample_id]
+        cands = [(id2dia[v.memory_id], v.search_score, v.judge_score) for v in res.candidates]
+        rows.append({"category": a.category, "evidence": a.evidence, "cands": cands})
+        if res.candidates:
+            per_need_ms.append(res.model_ms)
+            per_cand_ms.append(res.model_ms / len(res.candidates))
+        if verbose:
+            print(f"  {i + 1}/{len(qs)} cat {a.category} {res.model_ms:.0f} ms", file=sys.stderr)
+    judge_s = time.perf_counter() - t_judge
+    rt.close()
+    conn.close()
+    info["tmp"].cleanup()
+
+    def judged(t):
+        return lambda cands: [d for d, _, j in cands if j is not None and j >= t]
+
+    curve = {f"{t:.2f}": outcomes(rows, judged(t)) for t in sorted(set(THRESHOLDS + [threshold]))}
+    ans = [r for r in rows if r["category"] != 5]
+    return {
+        "data": info["path"],
+        "model": Path(choice.path).name,
+        "model_source": choice.source,
+        "method": judge.METHOD,
+        "questions": len(rows),
+        "answerable": len(ans),
+        "adversarial": len(rows) - len(ans),
+        "max_candidates": k,
+        "threshold": threshold,
+        "evidence_in_candidates": round(sum(any(d in set(r["evidence"]) for d, _, _ in r["cands"])
+                                            for r in ans) / len(ans), 3) if ans else None,
+        "judge": curve[f"{threshold:.2f}"],
+        "baseline_top1": outcomes(rows, lambda c: [d for d, _, _ in c[:1]]),
+        f"baseline_top{k}": outcomes(rows, lambda c: [d for d, _, _ in c[:k]]),
+        "baseline_floor": outcomes(rows, lambda c: [d for d, s, _ in c[:k] if s >= floor]),
+        "curve": curve,
+        "judge_ms_per_candidate_p50": round(statistics.median(per_cand_ms), 1) if per_cand_ms else None,
+        "judge_ms_per_need_p50": round(statistics.median(per_need_ms), 1) if per_need_ms else None,
+        "judge_ms_per_need_p90": round(sorted(per_need_ms)[int(0.9 * (len(per_need_ms) - 1))], 1)
+        if per_need_ms else None,
+        "model_load_ms": round(load_ms, 1),
+        "judge_wall_s": round(judge_s, 1),
+        "unjudged_questions": unjudged,
+        "threads": rt.n_threads,
+        "rows": rows,
+    }
+
+
+def _fmt(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_N} questions")
+    ap.add_argument("--n", type=int, default=None, help=f"questions to sample (default {DEFAULT_N})")
+    ap.add_argument("--all", action="store_true", help="every question of the split (slow)")
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rows", metavar="FILE", help="also write the per-question scores as JSON here")
+    args = ap.parse_args(argv)
+    fig = run(args.quick, args.data, args.n, args.all, args.seed, verbose=not args.json)
+    if "error" in fig:
+        print(fig["error"], file=sys.stderr)
+        return 1
+    rows = fig.pop("rows")
+    if args.rows:
+        Path(args.rows).write_text(json.dumps(rows))
+    if args.json:
+        print(json.dumps(fig, indent=2))
+        return 0
+    print(f"LoCoMo judge: {fig['questions']} questions ({fig['answerable']} answerable, "
+          f"{fig['adversarial']} adversarial), {fig['model']} ({fig['model_source']}), "
+          f"{fig['method']}, top {fig['max_candidates']} candidates")
+    print(f"evidence among the candidates (ceiling): {_fmt(fig['evidence_in_candidates'])}")
+    head = f"{'':24}{'evidence passed':>16}{'adv. silent':>12}{'precision':>10}{'prec. all':>10}{'inj/q':>7}"
+    print(head)
+    k = fig["max_candidates"]
+    for name, o in [(f"judge @ {fig['threshold']:g}", fig["judge"]), ("baseline top-1", fig["baseline_top1"]),
+                    (f"baseline top-{k}", fig[f"baseline_top{k}"]), ("baseline coverage floor", fig["baseline_floor"])]:
+        print(f"{name:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
+              f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
+    print("\ntrade-off across thresholds:")
+    print(head)
+    for t, o in fig["curve"].items():
+        print(f"{'judge @ ' + t:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
+              f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
+    print(f"\njudge time per candidate p50 {fig['judge_ms_per_candidate_p50']} ms; per need p50 "
+          f"{fig['judge_ms_per_need_p50']} ms, p90 {fig['judge_ms_per_need_p90']} ms "
+          f"({fig['threads']} thread); model load {fig['model_load_ms']} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
