@@ -3,8 +3,10 @@
 Two jobs. Redaction: secrets (provider keys and tokens, private keys, passwords in URLs and
 assignments, bearer headers, `.env` lines) are replaced by `[REDACTED:kind]` before text goes
 to the model, into a draft, into the store, a log or a receipt. Screening: narration and
-progress reports, drafts that are too short or too long, duplicates of a current memory or a
-pending proposal, and low-confidence drafts are rejected, each counted by reason.
+progress reports, drafts that are too short or too long, degenerate repetition, drafts not
+grounded in what the model read (numbers it never saw, words the window does not contain),
+duplicates of a current memory or a pending proposal, and low-confidence drafts are rejected,
+each counted by reason.
 
 Standard library only at module level: the stop hook redacts the agent's last message with
 `redact` on the hot path. rapidfuzz is imported where duplicates are checked.
@@ -132,7 +134,40 @@ class Screened:
 
 
 DEFAULTS = {"max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
-            "min_confidence": 0.5, "duplicate_ratio": 88}
+            "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6}
+
+_STOP = set("""a an and are as at be been but by can could did do does for from had has have how if in
+into is it its may might must no not of on or our should so such than that the their them then there
+these they this those to too was we were what when where which while who why will with would you your
+also only just very more most some any each other about after before over under again""".split())
+_NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?%?")
+
+
+def _content_words(text: str) -> list:
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP]
+
+
+def grounding(text: str, window: str) -> float:
+    """Share of the draft's content words that occur in the window (0..1)."""
+    words = _content_words(text)
+    if not words:
+        return 0.0
+    have = set(_WORD.findall(window.lower()))
+    return sum(1 for w in words if w in have) / len(words)
+
+
+def invented_numbers(text: str, window: str) -> list:
+    """Numbers in the draft that the window never says: the seeds' invented statistic."""
+    return [n for n in _NUMBER.findall(text) if n not in window]
+
+
+def is_repetitive(text: str) -> bool:
+    """Degenerate output: the same phrase over and over."""
+    words = _WORD.findall(text.lower())
+    if len(words) < 12:
+        return False
+    grams = [" ".join(words[i:i + 4]) for i in range(len(words) - 3)]
+    return len(set(grams)) / len(grams) < 0.7 or len(set(words)) / len(words) < 0.35
 
 
 def coerce(raw) -> "Draft | None":
@@ -146,6 +181,8 @@ def coerce(raw) -> "Draft | None":
     why = raw.get("why") if isinstance(raw.get("why"), str) else ""
     conf = raw.get("confidence")
     conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
+    if conf is not None:
+        conf = min(1.0, max(0.0, conf))  # the grammar cannot bound a number; the model overshoots
     text, c1 = redact(" ".join(text.split()))
     why, c2 = redact(" ".join(why.split()))
     return Draft(kind=kind.strip().lower(), text=text, why=why, confidence=conf, redactions=dict(c1 + c2))
@@ -180,12 +217,12 @@ def _closest(text: str, others: list) -> "tuple[float, int | None]":
 
 
 def screen(drafts: list, *, memories: list = (), pending: list = (), requests: list = (),
-           cfg: "dict | None" = None) -> Screened:
+           window: "str | None" = None, cfg: "dict | None" = None) -> Screened:
     """Apply every policy, in a fixed order so each rejection has one reason.
 
     memories: texts of current memories in scope; pending: texts of pending proposals;
     requests: the user's own prompts in the window (a draft that repeats one is a request,
-    not something learned)."""
+    not something learned); window: the text the model read (a draft must be grounded in it)."""
     c = dict(DEFAULTS, **(cfg or {}))
     kept, rejected = [], []
     redactions: Counter = Counter()
@@ -196,7 +233,7 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
             rejected.append((Draft(kind="?", text=""), "malformed"))
             continue
         redactions.update(d.redactions)
-        reason = _reason(d, c, memories, seen, requests, len(kept))
+        reason = _reason(d, c, memories, seen, requests, window, len(kept))
         if reason:
             rejected.append((d, reason))
             continue
@@ -205,7 +242,7 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
     return Screened(kept, rejected, redactions)
 
 
-def _reason(d: Draft, c: dict, memories, seen, requests, n_kept: int) -> "str | None":
+def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) -> "str | None":
     text = d.text.strip()
     if d.kind not in KINDS or not text:
         return "malformed"
@@ -216,8 +253,13 @@ def _reason(d: Draft, c: dict, memories, seen, requests, n_kept: int) -> "str | 
         return "too_short"
     if len(text) > int(c["max_chars"]):
         return "too_long"
+    if is_repetitive(text):
+        return "repetitive"
     if is_narration(text):
         return "narration"
+    if window is not None and (invented_numbers(text, window)
+                               or grounding(text, window) < float(c["min_grounding"])):
+        return "ungrounded"
     if d.confidence is not None and d.confidence < float(c["min_confidence"]):
         return "low_confidence"
     ratio = float(c["duplicate_ratio"])

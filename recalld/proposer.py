@@ -50,20 +50,15 @@ SCHEMA = {
 SYSTEM = ("You read an excerpt of a coding session and write down the few things a future session "
           "must know. You answer only with JSON.")
 
-INSTRUCTIONS = """Read the session excerpt below. Write at most {n} memories worth keeping for future work on this project.
+# A 135M model cannot be trusted to write new prose (the seeds' proposer invented a statistic),
+# and given a worked example it copies the example. So it is asked to pick and copy; the
+# policies then reject anything not grounded in the window (docs/capture.md has examples).
+INSTRUCTIONS = """Below is an excerpt of a coding session. Find up to {n} sentences in it that a future session on this project must know: a decision with its reason, the cause of an error and its fix, or a surprising fact about the project. Copy each sentence as written. kind is one of {kinds}. why says in a few words why it matters later. confidence is how sure you are that it is true and useful later, from 0 to 1. Skip sentences about what the agent is doing or will do, and what the user asked. If there is none, answer {{"memories": []}}.
 
-A memory is ONE self-contained statement with its reason, understandable without the excerpt:
-- a decision and why it was made,
-- a constraint discovered the hard way (an error and what fixed it),
-- a mechanism that is not what it looks like.
-Never write progress ("I updated...", "now let's...", "done"), what the agent did or will do, or what the user asked.
-Never copy secrets. If nothing is worth keeping, answer {{"memories": []}}.
-confidence is 0 to 1: how sure you are that the memory is true and useful later.
-
-Session excerpt:
+Excerpt:
 {window}
 
-Answer with JSON: {{"memories": [{{"kind": one of {kinds}, "text": "...", "why": "...", "confidence": 0.0}}]}}"""
+Answer:"""
 
 # Lines the agent harness writes into the user's turn; not requests.
 _NOT_REQUESTS = ("[Request interrupted", "<command-name>", "<command-message>", "<local-command",
@@ -186,6 +181,9 @@ class PassResult:
     error: "str | None" = None
     receipt_uid: "str | None" = None
     duration_ms: float = 0.0
+    project: "str | None" = None
+    agent: "str | None" = None
+    started: float = field(default_factory=time.perf_counter, repr=False)
 
     @property
     def rejections(self) -> dict:
@@ -237,14 +235,24 @@ def _scope_of(events: list, boundaries: list) -> tuple:
     return project, agent or "main"
 
 
+def on_turn_end(session: str, events: list) -> "PassResult | None":
+    """The daemon's turn-end hook (registered in recalld/commands/proposals.py): one pass over
+    the turn the daemon just saw end (it hands over that turn's events, each once)."""
+    cfg = settings.load()
+    if (cfg.get("proposals") or {}).get("enabled") is False:
+        return None
+    transcript = next((e.source for e in reversed(events) if e.source), None)
+    return run_pass(transcript, session=session, events=events, origin="daemon", cfg=cfg)
+
+
 def run_pass(transcript: "str | None" = None, *, session: "str | None" = None, origin: str = "daemon",
-             whole: bool = False, complete_turns: bool = False, cfg: "dict | None" = None,
-             runtime=None, db_path=None) -> PassResult:
+             whole: bool = False, complete_turns: bool = False, events: "list | None" = None,
+             cfg: "dict | None" = None, runtime=None, db_path=None) -> PassResult:
     """One pass over what is new: the unread part of `transcript` (all of it with `whole`; up to
-    its last turn end with `complete_turns`, as the daemon runs it) plus the session's stop-hook
-    boundaries no pass has read. Without a transcript, the boundaries alone. Never raises for
-    a model or store problem: the receipt says what happened."""
-    t0 = time.perf_counter()
+    its last turn end with `complete_turns`), or exactly `events` when the daemon hands over a
+    finished turn, plus the session's stop-hook boundaries no pass has read. Without a
+    transcript, the boundaries alone. Never raises for a model or store problem: the receipt
+    says what happened."""
     cfg = cfg or settings.load()
     pc = {**policies.DEFAULTS, **(settings.DEFAULTS.get("proposals") or {}), **(cfg.get("proposals") or {})}
     source = os.path.realpath(transcript) if transcript else f"stop-hook:{session}"
@@ -255,11 +263,11 @@ def run_pass(transcript: "str | None" = None, *, session: "str | None" = None, o
     conn = None
     try:
         conn = drafts.connect(db_path)
-        _pass(conn, res, r, transcript, whole, complete_turns, pc, cfg, runtime)
+        _pass(conn, res, r, transcript, whole, complete_turns, events, pc, cfg, runtime)
     except Exception as e:
         res.outcome, res.error = "error", _error_code(e)
     finally:
-        res.duration_ms = (time.perf_counter() - t0) * 1000
+        res.duration_ms = (time.perf_counter() - res.started) * 1000
     if not r.get("_stored"):
         _fill_receipt(r, res)
         receipts.record(conn, r)
@@ -269,7 +277,8 @@ def run_pass(transcript: "str | None" = None, *, session: "str | None" = None, o
 
 
 def _fill_receipt(r: dict, res: PassResult) -> None:
-    r["session"] = res.session
+    res.duration_ms = (time.perf_counter() - res.started) * 1000
+    r["session"], r["project"], r["agent"] = res.session, res.project, res.agent
     r["outcome"] = res.outcome
     r["error"] = res.error
     r["duration_ms"] = round(res.duration_ms, 3)
@@ -284,10 +293,16 @@ def _fill_receipt(r: dict, res: PassResult) -> None:
     })
 
 
-def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, pc, cfg, runtime) -> None:
+def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, given, pc, cfg, runtime) -> None:
     events: list = []
     start = 0 if whole else drafts.cursor(conn, res.source)
-    if transcript:
+    if given is not None:
+        # The daemon delivers each turn's events once; a subagent's turn can end inside the
+        # main turn in the same file, so the line cursor must not filter them.
+        events = [e for e in given if e.kind != "turn_end" or e is given[-1]]
+        start = min((e.line_no for e in events), default=start + 1) - 1
+        to_line = max((e.line_no for e in events), default=start)
+    elif transcript:
         from recalld import transcripts
 
         events = [e for e in transcripts.parse_file(transcript) if e.line_no > start]
@@ -313,6 +328,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, pc,
     res.window_chars, res.window_events, res.turns = len(window.text), window.events, window.turns
     res.redactions = dict(window.redactions)
     project, agent = _scope_of(events, boundaries)
+    res.project, res.agent = project, agent
     if not window.text.strip():
         # Nothing to read: consume the window so the next pass starts after it.
         res.outcome = "nothing"
@@ -361,7 +377,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, pc,
     raw = raw if isinstance(raw, list) else []
     screened = policies.screen(
         raw, memories=drafts.memory_texts(conn, project, agent), pending=drafts.pending_texts(conn, project),
-        requests=window.requests, cfg=pc)
+        requests=window.requests, window=window.text, cfg=pc)
     res.drafts = [d for d in screened.kept] + [d for d, _ in screened.rejected]
     res.rejected = screened.rejected
     red = Counter(res.redactions)

@@ -29,11 +29,12 @@ DEFAULTS: dict = {
     "models": {"judge": None, "proposer": None},
     # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)
     "proposals": {"enabled": True, "max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
-                  "min_confidence": 0.5, "duplicate_ratio": 88, "window_chars": 3000, "max_tokens": 320,
+                  "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6, "window_chars": 2000,
+                  "max_tokens": 256,
                   "timeout_s": 60, "show_times": 2, "show_max": 5, "review_gate": False},
     # the daemon (docs/daemon.md): extra transcript roots, first-start window, need timing
     "daemon": {"roots": [], "recent_days": 2, "autostart": False, "rescan_s": 30, "poll_s": 2,
-               "live_s": 300, "debounce_s": 2.0, "max_wait_s": 10.0, "min_pass_interval_s": 15,
+               "live_s": 300, "debounce_s": 1.0, "max_wait_s": 6.0, "min_pass_interval_s": 15,
                "max_passes_per_minute": 6, "need_window": 12, "need_max_chars": 600,
                "preload_model": True, "load_allowance_s": 60},
 }

@@ -250,3 +250,10 @@ def register_mcp(server):
             raise ValueError(str(e)) from None
         finally:
             conn.close()
+
+
+def register_daemon(d):
+    """The proposer runs at every live turn end the daemon sees (off the hook's path)."""
+    from recalld import proposer
+
+    d.add_turn_end_hook(proposer.on_turn_end)
