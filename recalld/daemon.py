@@ -512,7 +512,9 @@ class Daemon:
             # A subagent sees project and shared memories, not the main agent's private notes.
             sc = scope.Scope(project=project, agent=need.agent if need.agent else "main")
             jcfg = cfg.get("judge") or {}
-            limit = float(jcfg.get("timeout_s", 20)) + 5.0
+            # the judge enforces timeout_s on the model itself; this bounds search + model + slack
+            t = float(jcfg.get("timeout_s", 20))
+            limit = t + max(1.0, 0.25 * t)
             if not self.judge_status.get("loaded"):
                 limit += float((cfg.get("daemon") or {}).get("load_allowance_s", 60))
             res = self._run_judge(need.query, sc, cfg, limit)

@@ -30,7 +30,6 @@ from typing import Iterator
 # Text kept per event. Tool results can be 200 KB web pages; the need detector and the
 # proposer read the head, and the transcript itself stays the full record.
 MAX_TEXT = 16_000
-MAX_INPUT_JSON = 8_000
 
 CLAUDE_TURN_END_SUBTYPES = {"turn_duration", "stop_hook_summary"}
 CODEX_TURN_END_EVENTS = {"task_complete", "turn_complete"}
@@ -214,10 +213,9 @@ def _ev(st: ParseState, role: str, kind: str, text: str, *, session=None, cwd=No
         st.open_turns.discard(agent or st.agent)
     else:
         st.open_turns.add(agent or st.agent)
-    if isinstance(tool_input, dict):
-        enc = json.dumps(tool_input, ensure_ascii=False, default=str)
-        if len(enc) > MAX_INPUT_JSON:
-            tool_input = {k: (_clip(v, 2000) if isinstance(v, str) else v) for k, v in tool_input.items()}
+    if isinstance(tool_input, dict) and any(isinstance(v, str) and len(v) > 2000 for v in tool_input.values()):
+        # a Write's whole file content: keep the head (the transcript keeps the rest)
+        tool_input = {k: (_clip(v, 2000) if isinstance(v, str) else v) for k, v in tool_input.items()}
     return Event(session=session or st.session or "", cwd=cwd, project=st.project_of(cwd),
                  agent=agent or st.agent, role=role, kind=kind, text=_clip(text), tool=tool,
                  tool_input=tool_input, is_error=bool(is_error), time=time, uuid=uuid,
