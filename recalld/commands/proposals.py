@@ -183,6 +183,8 @@ def register(cli):
 
 
 def register_mcp(server):
+    from mcp.server.mcpserver.exceptions import ToolError  # reaches the agent as the error text
+
     from recalld import db, scope
 
     def _conn():
@@ -192,7 +194,7 @@ def register_mcp(server):
     def proposals_list(cwd: str = "", session: str = "", state: str = "open", limit: int = 20) -> list[dict]:
         """Drafted memories awaiting your decision (state: open|pending|edited|approved|rejected|all)."""
         if state not in STATE_CHOICES:
-            raise ValueError(f"unknown state {state!r}; use one of: {', '.join(STATE_CHOICES)}")
+            raise ToolError(f"unknown state {state!r}; use one of: {', '.join(STATE_CHOICES)}")
         conn = _conn()
         try:
             return lib.list_(conn, project=scope.resolve(cwd or None).project, session=session or None,
@@ -207,10 +209,10 @@ def register_mcp(server):
         try:
             p = lib.get(conn, proposal_id)
             if p is None:
-                raise ValueError(f"{proposal_id} does not exist")
+                raise ToolError(f"{proposal_id} does not exist")
             return p
         except lib.ProposalError as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
@@ -223,7 +225,7 @@ def register_mcp(server):
             return lib.approve(conn, proposal_id, scope=scope_name or None, kind=kind or None,
                                supersedes=supersedes or [], actor="mcp", session=session or None).as_dict()
         except (lib.ProposalError, store.MemoryError_) as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
@@ -236,7 +238,7 @@ def register_mcp(server):
             return lib.edit(conn, proposal_id, text=text or None, kind=kind or None, scope=scope_name or None,
                             tell=tell or None, reason=reason or None, actor="mcp", session=session or None).as_dict()
         except lib.ProposalError as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
@@ -247,7 +249,7 @@ def register_mcp(server):
         try:
             return lib.reject(conn, proposal_id, reason, actor="mcp", session=session or None).as_dict()
         except lib.ProposalError as e:
-            raise ValueError(str(e)) from None
+            raise ToolError(str(e)) from None
         finally:
             conn.close()
 
