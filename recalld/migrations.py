@@ -300,4 +300,22 @@ CREATE TRIGGER daemon_events_append_only_u BEFORE UPDATE ON daemon_events BEGIN 
 CREATE TRIGGER daemon_events_append_only_d BEFORE DELETE ON daemon_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """,
     ),
+    (
+        6,
+        "search: per-term document frequencies, kept by a trigger (fts5vocab reads whole posting lists)",
+        """
+-- How many memories hold each stemmed term. The pre-step reads it on every prompt: fts5vocab
+-- computes the same counts by walking each term's posting list, which costs milliseconds per
+-- common term at 100k memories. Memory words never change (memories_no_rewrite) and memories
+-- are never deleted, so the counts only ever grow; they match memories_vocab exactly.
+CREATE TABLE term_stats (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO term_stats (term, df) SELECT term, doc FROM memories_vocab;
+-- `terms` holds distinct porter stems (letters and digits only), space-separated.
+CREATE TRIGGER memories_term_stats AFTER INSERT ON memories WHEN trim(new.terms) != '' BEGIN
+    INSERT INTO term_stats (term, df)
+    SELECT value, 1 FROM json_each('["' || replace(trim(new.terms), ' ', '","') || '"]') WHERE value != ''
+    ON CONFLICT(term) DO UPDATE SET df = df + 1;
+END;
+""",
+    ),
 ]

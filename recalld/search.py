@@ -16,6 +16,15 @@ from recalld.textproc import Stemmer, identifier_parts, informative, tokens, wit
 
 MAX_QUERY_TERMS = 32
 CANDIDATES = 40
+# The ranked MATCH reads the posting lists of the terms it ORs; their summed document
+# frequencies bound its cost. The rarest terms go in first; commoner ones still count toward
+# a hit's coverage, they just do not pull candidates in.
+POSTINGS_BUDGET = 1000
+# Typo correction: words of at least this length, at most this many per query; two edits
+# only for long words.
+FUZZY_MIN_LEN = 4
+FUZZY_TWO_EDITS_LEN = 8
+MAX_FUZZY = 3
 
 
 @dataclass
@@ -71,24 +80,33 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
     if not pairs:
         return [], 0
     n_docs = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
-    df = dict(conn.execute(
-        f"SELECT term, doc FROM memories_vocab WHERE term IN ({','.join('?' * len(pairs))})",
-        [s for _, s in pairs],
-    ).fetchall())
-    terms = []
-    for w, s in pairs:
-        d = df.get(s, 0)
-        fuzzy = False
-        if d == 0 and len(s) >= 4 and not s.isdigit():
-            alt = _closest_term(conn, s)
-            if alt is not None:
-                s, d, fuzzy = alt[0], alt[1], True
-        terms.append(QueryTerm(w, s, d, _idf(n_docs, d), fuzzy))
+    df = doc_freqs(conn, [s for _, s in pairs])
+    terms = [QueryTerm(w, s, df.get(s, 0), _idf(n_docs, df.get(s, 0))) for w, s in pairs]
+    # Words the store has never seen may be typos: correct the longest few (each correction
+    # reads a slice of the vocabulary, so their number is bounded).
+    unknown = sorted((t for t in terms if t.df == 0 and len(t.stem) >= FUZZY_MIN_LEN and t.stem.isalpha()),
+                     key=lambda t: -len(t.stem))[:MAX_FUZZY]
+    for t in unknown:
+        alt = _closest_term(conn, t.stem)
+        if alt is not None and alt[0] not in seen:
+            seen.add(alt[0])
+            t.stem, t.df, t.fuzzy = alt[0], alt[1], True
+            t.idf = _idf(n_docs, t.df)
     # Long prompts: keep the most informative terms (absent terms count: they say the
     # store does not know this).
     if len(terms) > max_terms:
         terms = sorted(terms, key=lambda t: -t.idf)[:max_terms]
     return terms, n_docs
+
+
+def doc_freqs(conn: sqlite3.Connection, stems: list) -> dict:
+    """{stem: number of memories holding it}. term_stats (migration 6) is an index lookup;
+    fts5vocab, the fallback for a store not yet migrated, walks each term's posting list."""
+    marks = ",".join("?" * len(stems))
+    try:
+        return dict(conn.execute(f"SELECT term, df FROM term_stats WHERE term IN ({marks})", stems).fetchall())
+    except sqlite3.OperationalError:
+        return dict(conn.execute(f"SELECT term, doc FROM memories_vocab WHERE term IN ({marks})", stems).fetchall())
 
 
 def _idf(n: int, df: int) -> float:
@@ -98,21 +116,68 @@ def _idf(n: int, df: int) -> float:
 def _closest_term(conn: sqlite3.Connection, stem: str) -> "tuple[str, int] | None":
     """A vocabulary term one edit away (two for long words), most frequent first.
 
-    Candidates share the first letter (typos rarely hit it) and are read through the vocab
-    table's term range, so this stays a bounded scan even at 100k memories.
+    Candidates are read as three narrow ranges of term_stats' primary key: terms sharing the
+    first two letters (an error anywhere after them), starting with the first and third letter
+    (an extra or swapped second letter), or with the first two letters swapped. A substituted
+    or missing second letter is not corrected; in exchange the scan stays at a few dozen terms
+    even at 100k memories.
     """
-    k = 1 if len(stem) < 6 else 2
-    lo = stem[0]
-    hi = chr(ord(lo) + 1)
+    k = 1 if len(stem) < FUZZY_TWO_EDITS_LEN else 2
+    prefixes = {stem[:2], stem[0] + stem[2], stem[1] + stem[0]}
+    ranges = " OR ".join("(term >= ? AND term < ?)" for _ in prefixes)
+    params = [x for p in sorted(prefixes) for x in (p, p[0] + chr(ord(p[1]) + 1))]
+    try:
+        rows = conn.execute(
+            f"SELECT term, df FROM term_stats WHERE ({ranges}) AND length(term) BETWEEN ? AND ?",
+            (*params, len(stem) - k, len(stem) + k)).fetchall()
+    except sqlite3.OperationalError:
+        rows = conn.execute(f"SELECT term, doc FROM memories_vocab WHERE {ranges}", params).fetchall()
     best = None
-    for term, doc in conn.execute(
-        "SELECT term, doc FROM memories_vocab WHERE term >= ? AND term < ?", (lo, hi)
-    ):
-        if abs(len(term) - len(stem)) > k or term == stem:
+    for term, doc in rows:
+        if term == stem or abs(len(term) - len(stem)) > k:
             continue
         if within_edits(stem, term, k) and (best is None or doc > best[1]):
             best = (term, doc)
     return best
+
+
+def _match_expr(terms: list) -> str:
+    return " OR ".join((_quote(t.stem) + "*") if t.fuzzy else _quote(t.word) for t in terms)
+
+
+SELECT_HIT = """SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
+                       m.created_at, m.terms{bm}
+                FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
+                WHERE memories_fts MATCH ? AND {where}"""
+
+
+def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candidates: int) -> list:
+    """Rows worth scoring, at a bounded cost.
+
+    The rarest terms (summed document frequency within POSTINGS_BUDGET) are OR-ed and ranked
+    by bm25. When even the rarest term is commoner than the budget allows, every memory
+    holding the (up to three) rarest terms together is read newest first instead; FTS5
+    walks those posting lists lazily, so LIMIT bounds the work.
+    """
+    where, params = scope.where("m")
+    by_df = sorted(present, key=lambda t: t.df)
+    ranked, total = [], 0
+    for t in by_df:
+        if total + t.df > POSTINGS_BUDGET:
+            break
+        ranked.append(t)
+        total += t.df
+    if ranked:
+        sql = SELECT_HIT.format(bm=", bm25(memories_fts, 1.0, 0.6, 0.4) AS bm", where=where)
+        return conn.execute(sql + " ORDER BY bm LIMIT ?", (_match_expr(ranked), *params, candidates)).fetchall()
+    sql = SELECT_HIT.format(bm=", 0.0 AS bm", where=where) + " ORDER BY memories_fts.rowid DESC LIMIT ?"
+    for n in (3, 2, 1):
+        if n > len(by_df) or (n > 1 and n == len(by_df) + 1):
+            continue
+        rows = conn.execute(sql, (" AND ".join(_match_expr([t]) for t in by_df[:n]), *params, candidates)).fetchall()
+        if rows or n == 1:
+            return rows
+    return []
 
 
 def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 10,
@@ -122,18 +187,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     present = [t for t in terms if t.df > 0]
     if not present:
         return []
-    match = " OR ".join(
-        (_quote(t.stem) + "*") if t.fuzzy else _quote(t.word) for t in present
-    )
-    where, params = scope.where("m")
-    rows = conn.execute(
-        f"""SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
-                   m.created_at, m.terms, bm25(memories_fts, 1.0, 0.6, 0.4) AS bm
-            FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
-            WHERE memories_fts MATCH ? AND {where}
-            ORDER BY bm LIMIT ?""",
-        (match, *params, candidates),
-    ).fetchall()
+    rows = candidate_rows(conn, present, scope, candidates)
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
     hits = []

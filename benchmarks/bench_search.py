@@ -1,0 +1,162 @@
+"""In-process pre-step search latency at 1k / 10k / 100k synthetic coding-agent memories.
+
+    python3 benchmarks/bench_search.py [--quick] [--json]
+
+The store mixes the shared synthetic memories (benchmarks/synth.py: components, tools, error
+strings, flags, decisions) with memories that carry rarer vocabulary (random identifiers,
+paths, hashes), spread over several projects so the scope filter does real work. Prompts are
+the synthetic prompts plus verbatim-style ones (a pasted traceback, a long instruction, a
+stopword-only line). Next to recalld.search.search, the same run times plain FTS5 (the query's
+words OR-ed, ranked by bm25, no scope filter) on the same database: the floor any search on
+this index pays. Target (issue 2): search p50 under 5 ms at 100k memories.
+"""
+
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import synth  # noqa: E402
+
+from recalld import db, store  # noqa: E402
+from recalld.scope import Scope  # noqa: E402
+from recalld.search import search  # noqa: E402
+from recalld.textproc import STOPWORDS  # noqa: E402
+
+PROJECTS = ["/src/ledgerly", "/src/ledgerly-web", "/src/infra", "/src/dotfiles", "/src/scratch"]
+WORDS = ("account balance batch cursor deadline export fixture flaky gateway header index invoice "
+         "journal ledger lock migration payload queue quota refund replica retry rollback schema "
+         "session shard snapshot token tracing vendor webhook worker timezone currency rounding "
+         "tenant pagination backoff idempotency checksum manifest sidecar daemon socket").split()
+
+
+def rare_memory(r: random.Random) -> dict:
+    ident = "".join(w.capitalize() for w in r.sample(WORDS, 2)) + r.choice(["Service", "Error", "Handler", "Config"])
+    path = f"{r.choice(['src', 'lib', 'tests'])}/{r.choice(WORDS)}/{r.choice(WORDS)}_{r.randrange(10**4)}.py"
+    sha = "%07x" % r.randrange(16 ** 7)
+    text = r.choice([
+        f"{ident} in {path} swallows the {r.choice(WORDS)} {r.choice(WORDS)}; commit {sha} added a test.",
+        f"Run `make {r.choice(WORDS)}-{r.choice(WORDS)}` before touching {path}, or the {r.choice(WORDS)} check fails.",
+        f"We chose {r.choice(WORDS)} {r.choice(WORDS)} over {r.choice(WORDS)} for {ident} (see {sha}).",
+        f"The env var {r.choice(WORDS).upper()}_{r.choice(WORDS).upper()} must be set for {path} to load.",
+    ])
+    return {"text": text, "kind": r.choice(store.KINDS)}
+
+
+def build(conn, n: int, seed: int = 5) -> float:
+    r = random.Random(seed)
+    common = synth.memories(n // 2, seed=seed)
+    mems = common + [rare_memory(r) for _ in range(n - len(common))]
+    r.shuffle(mems)
+    t = time.perf_counter()
+    for p_i, project in enumerate(PROJECTS):
+        # 60% in the benchmarked project, the rest spread over the others
+        share = mems[: int(n * 0.6)] if p_i == 0 else mems[int(n * 0.6) + (p_i - 1) * n // 10: int(n * 0.6) + p_i * n // 10]
+        lines = [json.dumps(m) for m in share]
+        for i in range(0, len(lines), 5000):
+            store.import_jsonl(conn, lines[i:i + 5000], Scope(project, "main"))
+    return time.perf_counter() - t
+
+
+def prompts(n: int = 60) -> list:
+    ps = synth.prompts(n - 6, seed=3)
+    ps += [
+        "Traceback (most recent call last):\n  File \"src/ledger/models_12.py\", line 88, in flush\n"
+        "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
+        "ok thanks, go ahead",
+        "please run alembic downgrade -1 on the billing database and check ledgerly/legacy/ for the old schema",
+        "Can you refactor the whole ingest pipeline so that every worker retries with exponential backoff, "
+        "the scheduler stops overlapping with backups, the exporter keeps cents as integers, the webhook "
+        "handler validates signatures, and the docs explain the new --dry-run flag? Also add tests.",
+        "what is the capital of France",
+        "IdempotencyCheckerService throws on replay",
+    ]
+    return ps
+
+
+def plain_fts(conn, text: str, k: int = 15) -> list:
+    words = [w for w in dict.fromkeys(re.findall(r"[^\W_]+", text.lower())) if w not in STOPWORDS]
+    if not words:
+        return []
+    match = " OR ".join('"' + w + '"' for w in words)
+    return conn.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+                        (match, k)).fetchall()
+
+
+def pct(xs, q):
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def time_it(fn, ps, rounds):
+    lat = []
+    for _ in range(rounds):
+        for p in ps:
+            t = time.perf_counter()
+            fn(p)
+            lat.append((time.perf_counter() - t) * 1000)
+    return lat
+
+
+def run(quick: bool = False) -> dict:
+    sizes = [1000, 10_000] if quick else [1000, 10_000, 100_000]
+    rounds = 3 if quick else 5
+    ps = prompts()
+    sc = Scope(PROJECTS[0], "main")
+    out = {"prompts": len(ps), "rounds": rounds, "sizes": {}}
+    with tempfile.TemporaryDirectory(prefix="recalld-bench-search-") as tmp:
+        for n in sizes:
+            conn = db.connect(Path(tmp) / f"s{n}.db")
+            conn.execute("PRAGMA synchronous = OFF")  # build speed only; durability is bench_core's
+            build_s = build(conn, n)
+            conn.close()
+            conn = db.connect(Path(tmp) / f"s{n}.db")  # fresh connection, as a hook has
+            for p in ps[:5]:  # warm the page cache the same for both
+                search(conn, p, sc, limit=15)
+                plain_fts(conn, p)
+            ours = time_it(lambda p: search(conn, p, sc, limit=15, floor=0.0), ps, rounds)
+            base = time_it(lambda p: plain_fts(conn, p), ps, rounds)
+            injected = sum(bool(search(conn, p, sc, limit=5, floor=0.3)) for p in ps)
+            out["sizes"][str(n)] = {
+                "build_s": round(build_s, 1),
+                "search_p50_ms": round(statistics.median(ours), 3), "search_p99_ms": round(pct(ours, 0.99), 3),
+                "plain_fts_p50_ms": round(statistics.median(base), 3), "plain_fts_p99_ms": round(pct(base, 0.99), 3),
+                "prompts_injecting_at_0.3": f"{injected}/{len(ps)}",
+            }
+            conn.close()
+            print(f"{n:>7}: {json.dumps(out['sizes'][str(n)])}", flush=True)
+    xs = [int(n) for n in out["sizes"]]
+    out["target"] = "search p50 < 5 ms at 100k"
+    out["plots"] = [{"file": "search_latency.png", "kind": "line", "logx": True,
+                     "title": "In-process search latency vs store size", "x": xs,
+                     "xlabel": "memories", "ylabel": "ms",
+                     "series": {k: [out["sizes"][str(n)][k] for n in xs]
+                                for k in ("search_p50_ms", "search_p99_ms", "plain_fts_p50_ms", "plain_fts_p99_ms")}}]
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    res = run(args.quick)
+    res.pop("plots", None)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
