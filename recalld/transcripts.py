@@ -30,6 +30,9 @@ from typing import Iterator
 # Text kept per event. Tool results can be 200 KB web pages; the need detector and the
 # proposer read the head, and the transcript itself stays the full record.
 MAX_TEXT = 16_000
+# A tool result is mostly a file, a listing or a web page: its head carries the error or the
+# gist, and the transcript keeps the rest.
+MAX_RESULT_TEXT = 4_000
 
 CLAUDE_TURN_END_SUBTYPES = {"turn_duration", "stop_hook_summary"}
 CODEX_TURN_END_EVENTS = {"task_complete", "turn_complete"}
@@ -217,7 +220,8 @@ def _ev(st: ParseState, role: str, kind: str, text: str, *, session=None, cwd=No
         # a Write's whole file content: keep the head (the transcript keeps the rest)
         tool_input = {k: (_clip(v, 2000) if isinstance(v, str) else v) for k, v in tool_input.items()}
     return Event(session=session or st.session or "", cwd=cwd, project=st.project_of(cwd),
-                 agent=agent or st.agent, role=role, kind=kind, text=_clip(text), tool=tool,
+                 agent=agent or st.agent, role=role, kind=kind,
+                 text=_clip(text, MAX_RESULT_TEXT if kind == "tool_result" else MAX_TEXT), tool=tool,
                  tool_input=tool_input, is_error=bool(is_error), time=time, uuid=uuid,
                  source=st.source, line_no=st.line_no)
 

@@ -18,13 +18,17 @@ def register(cli):
         """Run in the foreground until SIGTERM or Ctrl-C (logs: RECALLD_HOME/logs/daemon.log)."""
         from recalld import autostart
         from recalld import daemon as d
-        from recalld.cli import Fail
 
+        pid = autostart.running_pid()
+        if pid is not None:
+            # exit status 3 (not 1): service managers are told not to restart on it
+            click.echo(f"recalld: a daemon is already running (pid {pid})", err=True)
+            sys.exit(3)
         dm = d.Daemon()
         click.echo(f"recalld daemon: pid {os.getpid()}, log {d.log_path()}", err=True)
         code = dm.run()
         if code == 3:
-            raise Fail(f"a daemon is already running (pid {autostart.running_pid()})")
+            click.echo(f"recalld: a daemon is already running (pid {autostart.running_pid()})", err=True)
         sys.exit(code)
 
     @daemon.command("start")
