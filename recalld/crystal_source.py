@@ -84,11 +84,11 @@ def candidates(index: "crystals.Index", hi, conn, project: "str | None",
                today: "date | None" = None) -> tuple:
     """(ordered Items, detail dict) for one act: what `recalld crystals test` shows and what
     the hook packs."""
-    matched = crystals.match(index.crystals, hi.act, act_text(hi))
+    matched = index.match(hi.act, act_text(hi))
     stats = served_stats(conn, rotation_session(hi, project), [c.key for c, _ in matched])
     items, lost = to_items(order(matched, stats), today)
     detail = {
-        "indexed": len(index.crystals),
+        "indexed": len(index),
         "failed": len(index.failures) + len(lost),
         "cache": index.cache,
         "matched": len(items),

@@ -24,10 +24,10 @@ not cached: only the few crystals an act matches are read.
 """
 
 import hashlib
-import json
+import marshal
 import os
 import re
-from dataclasses import dataclass, field
+import sys
 from datetime import date
 
 from recalld import paths
@@ -37,7 +37,7 @@ ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
 FIELDS = ("on", "match", "tell", "stale_after", "deliver")
 BEGIN = "<!-- crystal:essence -->"
 END = "<!-- /crystal:essence -->"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 SKIP_NAMES = {"readme.md"}
 _FIELD_RE = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 _COMMENT_RE = re.compile(r"\s+#.*$")
@@ -47,24 +47,26 @@ class ParseError(Exception):
     pass
 
 
-@dataclass
 class Crystal:
-    id: str
-    path: str
-    origin: str  # project | user
-    on: tuple
-    match: tuple  # as written
-    tell: "str | None" = None
-    stale_after: "str | None" = None  # YYYY-MM-DD
-    essence_chars: int = 0
-    claims: int = 0  # marked claim lines in the essence
-    unknown: tuple = ()  # binding fields this version does not know (lint reports them)
-    essence: "str | None" = None  # filled by parse, not kept in the cache
-    keys: tuple = field(default=(), repr=False)  # lowercased match keys
+    """One parsed crystal. A plain class, not a dataclass: the hook imports this module on
+    every act and builds these only for the few crystals an act matches."""
 
-    def __post_init__(self):
-        if not self.keys:
-            self.keys = tuple(k.lower() for k in self.match)
+    __slots__ = ("id", "path", "origin", "on", "match", "tell", "stale_after", "essence_chars", "claims",
+                 "unknown", "essence", "keys")
+
+    def __init__(self, id: str, path: str, origin: str, on: tuple, match: tuple, tell: "str | None" = None,
+                 stale_after: "str | None" = None, essence_chars: int = 0, claims: int = 0, unknown: tuple = (),
+                 essence: "str | None" = None, keys: "tuple | None" = None):
+        self.id, self.path, self.origin = id, path, origin
+        self.on, self.match = tuple(on), tuple(match)  # match: the keys as written
+        self.tell, self.stale_after = tell, stale_after  # stale_after: YYYY-MM-DD
+        self.essence_chars, self.claims = essence_chars, claims  # claims: marked lines in the essence
+        self.unknown = tuple(unknown)  # binding fields this version does not know (lint reports them)
+        self.essence = essence  # filled by parse_text; the cache does not keep it
+        self.keys = tuple(keys) if keys else tuple(k.lower() for k in self.match)
+
+    def __repr__(self) -> str:
+        return f"Crystal({self.id!r}, origin={self.origin!r}, on={self.on!r}, match={self.match!r})"
 
     @property
     def key(self) -> str:
@@ -76,35 +78,49 @@ class Crystal:
         return (today or date.today()).isoformat() > self.stale_after
 
     def to_cache(self) -> dict:
-        return {"id": self.id, "on": list(self.on), "match": list(self.match), "tell": self.tell,
-                "stale_after": self.stale_after, "essence_chars": self.essence_chars,
+        return {"id": self.id, "on": list(self.on), "match": list(self.match), "keys": list(self.keys),
+                "tell": self.tell, "stale_after": self.stale_after, "essence_chars": self.essence_chars,
                 "claims": self.claims, "unknown": list(self.unknown)}
 
     @classmethod
     def from_cache(cls, d: dict, path: str, origin: str) -> "Crystal":
-        return cls(id=d["id"], path=path, origin=origin, on=tuple(d["on"]), match=tuple(d["match"]),
-                   tell=d.get("tell"), stale_after=d.get("stale_after"),
-                   essence_chars=int(d.get("essence_chars") or 0), claims=int(d.get("claims") or 0),
-                   unknown=tuple(d.get("unknown") or ()))
+        return cls(id=d["id"], path=path, origin=origin, on=d["on"], match=d["match"], tell=d.get("tell"),
+                   stale_after=d.get("stale_after"), essence_chars=int(d.get("essence_chars") or 0),
+                   claims=int(d.get("claims") or 0), unknown=d.get("unknown") or (), keys=d.get("keys"))
 
 
-@dataclass
 class Failure:
-    path: str
-    origin: str
-    reason: str
+    __slots__ = ("path", "origin", "reason")
+
+    def __init__(self, path: str, origin: str, reason: str):
+        self.path, self.origin, self.reason = path, origin, reason
 
     @property
     def id(self) -> str:
         return crystal_id(self.path)
 
 
-@dataclass
 class Index:
-    crystals: list  # project crystals first, then user-wide ones not shadowed
-    failures: list
-    shadowed: list  # user-wide crystals hidden by a project crystal of the same id
-    cache: str  # hit | refreshed | off
+    """The crystals one act can see: project ones first, then user-wide ones not shadowed.
+
+    Holds the cached bindings as plain dicts; Crystal objects are built only for what an act
+    matches (`match`) or when a command asks for all of them (`crystals`)."""
+
+    def __init__(self, entries: list, failures: list, shadowed: list, cache: str):
+        self.entries = entries  # [(path, origin, cached binding dict)]
+        self.failures = failures
+        self.shadowed = shadowed  # user-wide crystals hidden by a project crystal of the same id
+        self.cache = cache  # hit | refreshed | off
+        self._crystals = None
+
+    @property
+    def crystals(self) -> list:
+        if self._crystals is None:
+            self._crystals = [Crystal.from_cache(d, path, origin) for path, origin, d in self.entries]
+        return self._crystals
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
     def get(self, cid: str) -> "Crystal | None":
         cid = cid[2:] if cid.startswith("c:") else cid
@@ -112,6 +128,21 @@ class Index:
             if c.id == cid:
                 return c
         return None
+
+    def match(self, act: str, text: str) -> list:
+        """Like match(), on the cached bindings, building objects only for the hits."""
+        out = []
+        if act == "boot":
+            return [(Crystal.from_cache(d, p, o), []) for p, o, d in self.entries if "boot" in d["on"]]
+        low = text.lower()
+        if not low:
+            return out
+        for path, origin, d in self.entries:
+            if act in d["on"]:
+                hit = [k for k in d["keys"] if k in low]
+                if hit:
+                    out.append((Crystal.from_cache(d, path, origin), hit))
+        return out
 
 
 def crystal_id(path: str) -> str:
@@ -224,7 +255,7 @@ def directories(project: "str | None") -> list:
 
 def _cache_path(directory: str) -> str:
     digest = hashlib.sha1(directory.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(str(paths.home()), "cache", f"crystals-{digest}.json")
+    return os.path.join(str(paths.home()), "cache", f"crystals-{digest}.marshal")
 
 
 def _scan(directory: str) -> dict:
@@ -234,7 +265,8 @@ def _scan(directory: str) -> dict:
         with os.scandir(directory) as it:
             for e in it:
                 name = e.name
-                if name.startswith(".") or not name.lower().endswith(".md") or name.lower() in SKIP_NAMES:
+                low = name.lower()
+                if name[0] == "." or not low.endswith(".md") or low in SKIP_NAMES:
                     continue
                 try:
                     if not e.is_file():
@@ -248,80 +280,82 @@ def _scan(directory: str) -> dict:
     return out
 
 
-def _read_cache(path: str, directory: str) -> dict:
+# The cache is marshal, not JSON: decoding 300 bindings is several times faster, and the hook
+# pays it on every act. It lives under RECALLD_HOME with the store itself; the header pins the
+# format, the Python version and the directory, and anything unreadable is simply rebuilt.
+_CACHE_TAG = ("recalld-crystals", CACHE_VERSION, tuple(sys.version_info[:2]))
+
+
+def _read_cache(path: str, directory: str) -> tuple:
+    """(sigs {name: (mtime_ns, size)}, data {name: binding dict | error str})."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or data.get("dir") != directory:
-        return {}
-    files = data.get("files")
-    return files if isinstance(files, dict) else {}
+        with open(path, "rb") as f:
+            tag, d, sigs, data = marshal.loads(f.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}, {}
+    if tag != _CACHE_TAG or d != directory or not isinstance(sigs, dict) or not isinstance(data, dict):
+        return {}, {}
+    return sigs, data
 
 
-def _write_cache(path: str, directory: str, files: dict) -> None:
+def _write_cache(path: str, directory: str, sigs: dict, data: dict) -> None:
     """Atomic replace; concurrent hooks may race, the last whole file wins and both are right."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"version": CACHE_VERSION, "dir": directory, "files": files}, f,
-                      ensure_ascii=False, separators=(",", ":"))
+        with open(tmp, "wb") as f:
+            f.write(marshal.dumps((_CACHE_TAG, directory, sigs, data)))
         os.replace(tmp, path)
-    except OSError:
+    except (OSError, ValueError):
         pass  # no cache this time; the next act parses again
 
 
 def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
-    """(crystals, failures, cache state) for one directory."""
+    """([(path, origin, binding dict)], failures, cache state) for one directory."""
     found = _scan(directory)
     cpath = _cache_path(directory)
-    cached = _read_cache(cpath, directory) if use_cache and found else {}
-    files: dict = {}
-    changed = False
-    crystals, failures = [], []
-    for name in sorted(found):
-        sig = list(found[name])
-        path = os.path.join(directory, name)
-        entry = cached.get(name)
-        if not (isinstance(entry, dict) and entry.get("sig") == sig):
-            changed = True
+    sigs, data = _read_cache(cpath, directory) if use_cache and found else ({}, {})
+    changed = sigs != found
+    if changed:
+        fresh = {}
+        for name, sig in found.items():
+            if sigs.get(name) == sig and name in data:
+                fresh[name] = data[name]
+                continue
             try:
-                entry = {"sig": sig, "c": parse_file(path, origin).to_cache()}
+                fresh[name] = parse_file(directory + os.sep + name, origin).to_cache()
             except ParseError as e:
-                entry = {"sig": sig, "error": str(e)}
-        files[name] = entry
-        if entry.get("error") or not isinstance(entry.get("c"), dict):
-            failures.append(Failure(path, origin, entry.get("error") or "bad cache entry"))
+                fresh[name] = str(e)
+        data = fresh
+        if use_cache and (found or sigs):
+            _write_cache(cpath, directory, found, data)
+    entries, failures = [], []
+    sep = os.sep
+    for name in sorted(found):
+        c = data.get(name)
+        if isinstance(c, dict):
+            entries.append((directory + sep + name, origin, c))
         else:
-            try:
-                crystals.append(Crystal.from_cache(entry["c"], path, origin))
-            except (KeyError, TypeError, ValueError):
-                failures.append(Failure(path, origin, "bad cache entry"))
-    if set(cached) - set(found):
-        changed = True
-    if use_cache and changed and (found or cached):
-        _write_cache(cpath, directory, files)
+            failures.append(Failure(directory + sep + name, origin, c if isinstance(c, str) else "bad cache entry"))
     state = "off" if not use_cache else ("refreshed" if changed else "hit")
-    return crystals, failures, state
+    return entries, failures, state
 
 
 def load(dirs: list, use_cache: bool = True) -> Index:
-    crystals, failures, shadowed, states = [], [], [], []
+    entries, failures, shadowed, states = [], [], [], []
     seen = set()
     for origin, directory in dirs:
-        cs, fs, state = load_dir(directory, origin, use_cache)
+        es, fs, state = load_dir(directory, origin, use_cache)
         states.append(state)
         failures.extend(fs)
-        for c in cs:
-            if c.id in seen:
-                shadowed.append(c)
+        for e in es:
+            if e[2]["id"] in seen:
+                shadowed.append(Crystal.from_cache(e[2], e[0], e[1]))
             else:
-                seen.add(c.id)
-                crystals.append(c)
+                seen.add(e[2]["id"])
+                entries.append(e)
     state = "off" if not use_cache else ("refreshed" if "refreshed" in states else "hit")
-    return Index(crystals, failures, shadowed, state)
+    return Index(entries, failures, shadowed, state)
 
 
 def load_for(project: "str | None", use_cache: bool = True) -> Index:
