@@ -240,7 +240,7 @@ class Daemon:
         self.last_error: "dict | None" = None
         self.turns = {"dispatched": 0, "hook_errors": 0}
         self.judge_status: dict = {"model": None, "source": None, "available": None, "reason": None,
-                                   "loaded": False}
+                                   "loaded": False, "load_ms": None}
         self.tailer: "tailer.Tailer | None" = None
         self.watcher: "tailer.Watcher | None" = None
         self.detector = needs.NeedDetector(self.cfg)
