@@ -176,6 +176,10 @@ def live(rounds: int, idle_s: float) -> dict:
             else:
                 lat.append(dt)
                 cpu_pass.append(cpu)
+        time.sleep(2.0)  # the last pass's receipt and status written
+        c0 = _proc_cpu_s(proc.pid)
+        time.sleep(idle_s)
+        out["idle_cpu_after_s_per_s"] = round((_proc_cpu_s(proc.pid) - c0) / idle_s, 4)
         recs = [r for r in receipts.read(conn, source="daemon") if r["outcome"] == "injected"]
         per_cand = [r["detail"]["model_ms"] / r["candidates"] for r in recs
                     if r["candidates"] and "load_ms" not in r["detail"]]
@@ -241,7 +245,9 @@ def main() -> None:
     print(f"judge: {lv['model']}, {lv['judge_ms_per_candidate_p50']} ms per candidate (p50)")
     print(f"daemon RSS: idle {lv['rss_idle_mb']} MB, model loaded {lv['rss_model_loaded_mb']} MB, "
           f"after passes {lv['rss_after_passes_mb']} MB")
-    print(f"CPU: idle {lv['idle_cpu_s_per_s']} s/s over {lv['idle_window_s']} s; {lv['cpu_s_per_pass_p50']} s per pass (p50)")
+    print(f"CPU: idle {lv['idle_cpu_s_per_s']} s/s over {lv['idle_window_s']} s (idle again after the passes, "
+          f"{lv['rounds'] + 1} transcripts watched: {lv['idle_cpu_after_s_per_s']} s/s); "
+          f"{lv['cpu_s_per_pass_p50']} s per pass (p50)")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from pathlib import Path
 from recalld import receipts, transcripts
 
 READ_CHUNK = 8 * 1024 * 1024
+WRITE_EVENTS = {"modified", "created", "moved", "closed"}  # watchdog event types that mean new bytes
 
 
 def default_roots(cfg: "dict | None" = None) -> list:
@@ -360,7 +361,8 @@ class Watcher:
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):
-                if event.is_directory:
+                # "opened" / "closed_no_write" are reads (ours included): not a change
+                if event.is_directory or event.event_type not in WRITE_EVENTS:
                     return
                 for p in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
                     if isinstance(p, bytes):

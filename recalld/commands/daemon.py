@@ -138,7 +138,7 @@ def _format(st: dict) -> str:
     lines.append(f"queue depth: {st.get('queue_depth', 0)}")
     p = st.get("passes") or {}
     if p:
-        lines.append("passes: " + ", ".join(f"{k} {v}" for k, v in p.items() if v))
+        lines.append("passes this run: " + (", ".join(f"{k} {v}" for k, v in p.items() if v) or "none"))
     lines.append(f"passes recorded: {st.get('passes_recorded', 0)}")
     err = st.get("last_error") or st.get("last_pass_error")
     if err:
