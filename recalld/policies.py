@@ -33,7 +33,7 @@ _PATTERNS: list = [
     ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), None),
     ("slack-token", re.compile(r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"), None),
     ("slack-webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"), None),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), None),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35,}"), None),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"), None),
     # scheme://user:password@host -> keep the user and host, drop the password
     ("url-password", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+):" + _NOT_REDACTED
@@ -47,6 +47,10 @@ _PATTERNS: list = [
     ("env-secret", re.compile(
         r"(?m)^(\s*(?:export\s+)?[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|"
         r"CREDENTIALS?|AUTH)[A-Z0-9_]*\s*=\s*)" + _NOT_REDACTED + r"(\S.*)$"), r"\1[REDACTED:env-secret]"),
+    # the same name inline (a sentence, a squashed line): the value runs to the next space
+    ("env-secret", re.compile(
+        r"((?<![\w.\-])[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH)"
+        r"[A-Z0-9_]*=)" + _NOT_REDACTED + r"([^\s\"']+)"), r"\1[REDACTED:env-secret]"),
     # password = "...", "api_key": "...", token: ..., --password ...
     ("assignment", re.compile(
         r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
@@ -183,8 +187,10 @@ def coerce(raw) -> "Draft | None":
     conf = float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None
     if conf is not None:
         conf = min(1.0, max(0.0, conf))  # the grammar cannot bound a number; the model overshoots
-    text, c1 = redact(" ".join(text.split()))
-    why, c2 = redact(" ".join(why.split()))
+    # Redact first: line-anchored shapes (.env lines, key blocks) need their newlines.
+    text, c1 = redact(text)
+    why, c2 = redact(why)
+    text, why = " ".join(text.split()), " ".join(why.split())
     return Draft(kind=kind.strip().lower(), text=text, why=why, confidence=conf, redactions=dict(c1 + c2))
 
 

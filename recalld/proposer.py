@@ -101,10 +101,15 @@ def build_window(events: list, boundary_texts: list = (), max_chars: int = 3000)
     last_text_idx: dict = {}  # turn number -> index in pieces of that turn's last agent text
     turn = 0
 
-    def add(priority, text):
-        red, found = policies.redact(text)
+    def clean(text):
+        # Redact the whole text before clipping: a cut can separate a secret from the context
+        # that identifies it (the "@host" of a URL password, the name of an assignment).
+        red, found = policies.redact(text or "")
         w.redactions.update(found)
-        pieces.append(Piece(len(pieces), priority, red))
+        return red
+
+    def add(priority, text):
+        pieces.append(Piece(len(pieces), priority, text))
         return len(pieces) - 1
 
     for ev in events:
@@ -115,11 +120,12 @@ def build_window(events: list, boundary_texts: list = (), max_chars: int = 3000)
             t = (ev.text or "").strip()
             if not t or t.startswith(_NOT_REQUESTS):
                 continue
+            t = clean(t)
             add(0, "USER: " + _clip(t, 400))
-            w.requests.append(policies.redact(_clip(t, 400))[0])
+            w.requests.append(_clip(t, 400))
             w.turns += 1
         elif ev.kind == "text" and ev.role == "assistant":
-            t = (ev.text or "").strip()
+            t = clean((ev.text or "").strip())
             if not t:
                 continue
             idx = add(2, "AGENT: " + _clip(t, 500))
@@ -131,14 +137,14 @@ def build_window(events: list, boundary_texts: list = (), max_chars: int = 3000)
             if t.startswith(_NOT_ERRORS):
                 continue
             if last_call is not None and last_call.tool == ev.tool:
-                add(1, f"AGENT RAN {ev.tool}: " + _clip(last_call.text, 160))
-            add(1, f"ERROR from {ev.tool or 'tool'}: " + _clip(t, 240))
+                add(1, f"AGENT RAN {ev.tool}: " + _clip(clean(last_call.text), 160))
+            add(1, f"ERROR from {ev.tool or 'tool'}: " + _clip(clean(t), 240))
     # The last thing the agent said in a turn is usually its conclusion.
     for idx in last_text_idx.values():
         pieces[idx].priority = 1
     seen = " ".join(p.text for p in pieces)
     for t in boundary_texts:
-        t = " ".join((t or "").split())
+        t = " ".join(clean(t).split())
         if t and t[:120] not in seen:  # the transcript may lag the stop hook
             pieces.append(Piece(len(pieces), 1, "AGENT (final): " + _clip(t, 600)))
     keep, used = [], 0

@@ -32,6 +32,7 @@ SECRETS = [
     ("env-secret", "OPENAI_API_KEY=plainvalue123\nDEBUG=1", "plainvalue123"),
     ("env-secret", "export DB_PASSWORD=\"two words here\"", "two words here"),
     ("cli-secret", "mysql --password=hunter22x -u root", "hunter22x"),
+    ("env-secret", "then set STRIPE_SECRET_KEY=inlinevalue99 in the shell", "inlinevalue99"),
 ]
 
 
