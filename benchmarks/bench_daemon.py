@@ -206,6 +206,15 @@ def live(rounds: int, idle_s: float) -> dict:
 
 
 def run(quick: bool = False) -> dict:
+    saved = dict(os.environ)  # the runs point RECALLD_HOME / HOME at temporary directories
+    try:
+        return _run(quick)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _run(quick: bool) -> dict:
     res = {"throughput": throughput(copies=4 if quick else 20)}
     try:
         import llama_cpp  # noqa: F401
