@@ -317,18 +317,23 @@ def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
     sigs, data = _read_cache(cpath, directory) if use_cache and found else ({}, {})
     changed = sigs != found
     if changed:
-        fresh = {}
-        for name, sig in found.items():
-            if sigs.get(name) == sig and name in data:
-                fresh[name] = data[name]
-                continue
-            try:
-                fresh[name] = parse_file(directory + os.sep + name, origin).to_cache()
-            except ParseError as e:
-                fresh[name] = str(e)
+        fresh, done = {}, {}
+        try:
+            for name, sig in found.items():
+                if sigs.get(name) == sig and name in data:
+                    fresh[name] = data[name]
+                else:
+                    try:
+                        fresh[name] = parse_file(directory + os.sep + name, origin).to_cache()
+                    except ParseError as e:
+                        fresh[name] = str(e)
+                done[name] = sig
+        finally:
+            # Also when the hook's deadline interrupts a big first parse: keep what is done,
+            # so the next act continues instead of starting over (and timing out) forever.
+            if use_cache and (found or sigs):
+                _write_cache(cpath, directory, done, fresh)
         data = fresh
-        if use_cache and (found or sigs):
-            _write_cache(cpath, directory, found, data)
     entries, failures = [], []
     sep = os.sep
     for name in sorted(found):

@@ -115,6 +115,26 @@ def test_cache_skips_parsing_and_refreshes_on_change(home, project, cdir, monkey
     assert "no binding block" in fourth.failures[0].reason
 
 
+def test_an_interrupted_first_parse_keeps_its_progress(home, project, cdir, monkeypatch):
+    for i in range(6):
+        put(cdir, f"c{i}", match=f"key{i}")
+    real, calls = crystals.parse_file, []
+
+    def slow(path, origin="project"):
+        calls.append(path)
+        if len(calls) == 4:
+            raise hook.Deadline()  # what SIGALRM raises in the hook
+        return real(path, origin)
+
+    monkeypatch.setattr(crystals, "parse_file", slow)
+    with pytest.raises(hook.Deadline):
+        crystals.load_for(str(project))
+    calls.clear()
+    monkeypatch.setattr(crystals, "parse_file", lambda p, o="project": calls.append(p) or real(p, o))
+    idx = crystals.load_for(str(project))
+    assert len(idx.crystals) == 6 and len(calls) == 3  # the three parsed before the deadline are kept
+
+
 def test_project_crystal_shadows_the_user_wide_one(home, project, cdir):
     put(cdir, "same", match="deploy", essence="project version")
     (home / "crystals").mkdir(parents=True)
@@ -257,7 +277,7 @@ def test_git_commit_matches_the_staged_file_list_end_to_end(acts, home):
     # Through a real `git commit` with a pre-commit hook calling recalld: the commit goes through
     # and the crystal is printed to the committer.
     hookfile = acts / ".git" / "hooks" / "pre-commit"
-    hookfile.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} {sys.executable} -m recalld hook commit\nexit 0\n")
+    hookfile.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} {sys.executable} -m recalld hook commit </dev/null\nexit 0\n")
     hookfile.chmod(0o755)
     c = subprocess.run(["git", "-C", str(acts), "commit", "-q", "-m", "add users column"], capture_output=True, env=e)
     assert c.returncode == 0, c.stderr
