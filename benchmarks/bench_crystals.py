@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,8 +91,20 @@ def _pct(xs: list, q: float) -> float:
 
 
 def run(quick: bool = False) -> dict:
-    n_runs = 20 if quick else 80
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-crystals-"))
+    saved = os.environ.get("RECALLD_HOME")
+    try:
+        return _run(quick, tmp)
+    finally:
+        if saved is None:
+            os.environ.pop("RECALLD_HOME", None)
+        else:
+            os.environ["RECALLD_HOME"] = saved
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(quick: bool, tmp: Path) -> dict:
+    n_runs = 20 if quick else 80
     home, project = tmp / "home", tmp / "proj"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
@@ -167,7 +180,6 @@ def run(quick: bool = False) -> dict:
         "delivered": s["outcomes"],
         "crystals_over_cap": len(over_cap), "over_cap_with_marked_claim_in_tail": tail_claims,
         "never_delivered": len(s["never_delivered"]),
-        "tmp": str(tmp),
     }
     return figures
 
