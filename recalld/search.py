@@ -8,11 +8,12 @@ floor, so an unrelated prompt injects nothing.
 """
 
 import math
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
 from recalld.scope import Scope
-from recalld.textproc import Stemmer, identifier_parts, informative, tokens, within_edits
+from recalld.textproc import Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
 
 MAX_QUERY_TERMS = 32
 CANDIDATES = 40
@@ -25,6 +26,10 @@ POSTINGS_BUDGET = 1000
 FUZZY_MIN_LEN = 4
 FUZZY_TWO_EDITS_LEN = 8
 MAX_FUZZY = 3
+# Ranking = coverage + BM25_WEIGHT * (bm25 relative to the best candidate) + SUBJECT_WEIGHT
+# when the query names the memory's subject label. `score` (what the floor reads) is coverage.
+BM25_WEIGHT = 0.15
+SUBJECT_WEIGHT = 0.2
 
 
 @dataclass
@@ -58,6 +63,10 @@ class QueryTerm:
     df: int
     idf: float
     fuzzy: bool = False
+    alts: tuple = ()  # stems of the word's irregular forms ("met" for "meet"), matched alike
+
+    def in_(self, have) -> bool:
+        return self.stem in have or any(a in have for a in self.alts)
 
 
 def _quote(s: str) -> str:
@@ -71,17 +80,26 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
     if not words:
         return [], 0
     stemmer = stemmer or Stemmer(conn)
-    stems = stemmer.stem_each(words)
+    forms = [other_forms(w) for w in words]
+    flat = [f for fs in forms for f in fs]
+    stems = stemmer.stem_each(words + flat)
+    alt_stems, i = [], len(words)
+    for fs in forms:
+        alt_stems.append(tuple(a for a in stems[i:i + len(fs)] if a))
+        i += len(fs)
     pairs, seen = [], set()
-    for w, s in zip(words, stems):
+    for w, s, alts in zip(words, stems, alt_stems):
         if s and s not in seen:
             seen.add(s)
-            pairs.append((w, s))
+            pairs.append((w, s, tuple(a for a in alts if a != s)))
     if not pairs:
         return [], 0
     n_docs = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
-    df = doc_freqs(conn, [s for _, s in pairs])
-    terms = [QueryTerm(w, s, df.get(s, 0), _idf(n_docs, df.get(s, 0))) for w, s in pairs]
+    df = doc_freqs(conn, sorted({x for _, s, alts in pairs for x in (s, *alts)}))
+    terms = []
+    for w, s, alts in pairs:
+        d = min(n_docs, df.get(s, 0) + sum(df.get(a, 0) for a in alts))
+        terms.append(QueryTerm(w, s, d, _idf(n_docs, d), alts=alts))
     # Words the store has never seen may be typos: correct the longest few (each correction
     # reads a slice of the vocabulary, so their number is bounded).
     unknown = sorted((t for t in terms if t.df == 0 and len(t.stem) >= FUZZY_MIN_LEN and t.stem.isalpha()),
@@ -142,7 +160,16 @@ def _closest_term(conn: sqlite3.Connection, stem: str) -> "tuple[str, int] | Non
 
 
 def _match_expr(terms: list) -> str:
-    return " OR ".join((_quote(t.stem) + "*") if t.fuzzy else _quote(t.word) for t in terms)
+    return " OR ".join(_term_expr(t) for t in terms)
+
+
+def _term_expr(t: QueryTerm) -> str:
+    if t.fuzzy:
+        return _quote(t.stem) + "*"
+    if t.alts:
+        # FTS5 stems what it is given, so the irregular forms go in as words.
+        return "(" + " OR ".join([_quote(t.word)] + [_quote(f) for f in other_forms(t.word)]) + ")"
+    return _quote(t.word)
 
 
 SELECT_HIT = """SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
@@ -174,7 +201,7 @@ def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candid
     for n in (3, 2, 1):
         if n > len(by_df) or (n > 1 and n == len(by_df) + 1):
             continue
-        rows = conn.execute(sql, (" AND ".join(_match_expr([t]) for t in by_df[:n]), *params, candidates)).fetchall()
+        rows = conn.execute(sql, (" AND ".join(_term_expr(t) for t in by_df[:n]), *params, candidates)).fetchall()
         if rows or n == 1:
             return rows
     return []
@@ -193,7 +220,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     hits = []
     for r in rows:
         have = set(r["terms"].split())
-        matched = [t for t in terms if t.stem in have]
+        matched = [t for t in terms if t.in_(have)]
         cover = sum(t.idf for t in matched) / total_idf
         hits.append(Hit(
             id=r["id"], text=r["text"], tell=r["tell"], kind=r["kind"], scope=r["scope"],
@@ -201,6 +228,23 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
             created_at=r["created_at"], score=cover, bm25=r["bm"],
             matched=[t.stem for t in matched],
         ))
-    # Coverage decides first (it is what the floor reads); bm25 breaks near-ties.
-    hits.sort(key=lambda h: -(h.score + 0.15 * (h.bm25 / best_bm)))
+    # Coverage decides first (it is what the floor reads); bm25 breaks near-ties, and a
+    # memory whose subject label the query names ("Caroline: ...", "alembic: ...") is about
+    # that subject rather than merely mentioning it.
+    words = {t.word.lower() for t in terms} | {t.stem for t in terms}
+    hits.sort(key=lambda h: -(h.score + BM25_WEIGHT * (h.bm25 / best_bm)
+                              + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)))
     return [h for h in hits if h.score >= floor][:limit]
+
+
+_SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")
+
+
+def _names_subject(text: str, words: set) -> bool:
+    """True when the memory opens with a short `label:` (after an optional [bracketed]
+    prefix) and a query word is one of the label's words."""
+    m = _SUBJECT.match(text)
+    if not m:
+        return False
+    label = tokens(m.group(1).lower())
+    return len(label) <= 3 and any(w in words for w in label)

@@ -24,8 +24,46 @@ through to too under until up us ve very via want was wasn we were weren what wh
 which while who whom why will with won would wouldn yes yet you your yours yourself yourselves
 okay ok hey hi hello thanks thank sure one two go going make made use used using way thing things
 something anything everything know think see look tell say said right well still even back
+went gone goes saw seen sees knew knows known thought thinks told tells says makes gets getting uses
 """.split()
 )
+
+
+# The forms of one verb, for verbs whose past forms the porter stemmer cannot join to the base
+# ("met" is not "meet", "broke" is not "break"). A query word in one group also matches the
+# group's other forms. Verbs that are stopwords (go, get, make, ...) are left out.
+IRREGULAR_GROUPS = """
+arise arose arisen|awake awoke awoken|bear bore borne|beat beaten|become became|begin began begun|
+bend bent|bet|bind bound|bite bit bitten|bleed bled|blow blew blown|break broke broken|breed bred|
+bring brought|build built|burn burnt|buy bought|catch caught|choose chose chosen|cling clung|
+come came|cost|creep crept|cut|deal dealt|dig dug|draw drew drawn|dream dreamt|drink drank drunk|
+drive drove driven|eat ate eaten|fall fell fallen|feed fed|feel felt|fight fought|find found|flee fled|
+fly flew flown|forbid forbade forbidden|forget forgot forgotten|forgive forgave forgiven|freeze froze frozen|
+give gave given|grind ground|grow grew grown|hang hung|hear heard|hide hid hidden|hit|hold held|hurt|
+keep kept|kneel knelt|lay laid|lead led|lean leant|leap leapt|learn learnt|leave left|lend lent|
+lie lay lain|light lit|lose lost|mean meant|meet met|pay paid|prove proven|quit|read|ride rode ridden|
+ring rang rung|rise rose risen|run ran|seek sought|sell sold|send sent|set|shake shook shaken|shed|
+shine shone|shoot shot|show shown|shrink shrank shrunk|shut|sing sang sung|sink sank sunk|sit sat|
+sleep slept|slide slid|speak spoke spoken|speed sped|spend spent|spin spun|split|spread|spring sprang sprung|
+stand stood|steal stole stolen|stick stuck|sting stung|stink stank stunk|strike struck|swear swore sworn|
+sweep swept|swim swam swum|swing swung|teach taught|tear tore torn|throw threw thrown|understand understood|
+wake woke woken|wear wore worn|weave wove woven|weep wept|win won|wind wound|withdraw withdrew withdrawn|
+write wrote written|undo undid undone|rebuild rebuilt|rewrite rewrote rewritten|overwrite overwrote overwritten|
+mislead misled|upset|rerun reran|take took taken|fix|child children|person people|mouse mice|man men|
+woman women|foot feet|tooth teeth|index indices|matrix matrices|vertex vertices|schema schemata|datum data
+"""
+FORMS: dict = {}
+for _group in IRREGULAR_GROUPS.replace("\n", " ").split("|"):
+    _forms = tuple(_group.split())
+    if len(_forms) > 1:
+        for _f in _forms:
+            FORMS[_f] = _forms
+
+
+def other_forms(word: str) -> tuple:
+    """The other irregular forms of a word ("met" -> ("meet",)), or ()."""
+    forms = FORMS.get(word.lower())
+    return tuple(f for f in forms if f != word.lower()) if forms else ()
 
 
 def tokens(text: str) -> list[str]:
