@@ -173,8 +173,12 @@ def _on_alarm(signum, frame):
     raise Deadline()
 
 
-def run(argv: list, stdin: bytes) -> tuple[str, dict]:
-    """One hook run. Returns (stdout text, receipt). Never raises."""
+def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
+    """One hook run. Returns (stdout text, receipt). Never raises.
+
+    `stdin` is the input bytes, or a callable that reads them: the hook process passes the
+    reader so that a stdin that never reaches EOF (a git hook under an agent's shell) is cut
+    by the same deadline as everything else."""
     t0 = time.perf_counter()
     event, agent, deadline_arg = _parse_args(argv)
     r = receipts.new("hook", event)
@@ -197,7 +201,8 @@ def run(argv: list, stdin: bytes) -> tuple[str, dict]:
             except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
                 use_alarm = False
         try:
-            out, after = _work(event, agent, stdin, cfg, r, end)
+            data = stdin() if callable(stdin) else stdin
+            out, after = _work(event, agent, data, cfg, r, end)
             conn = r.pop("_conn", None)
         finally:
             if use_alarm:
@@ -235,7 +240,7 @@ def run(argv: list, stdin: bytes) -> tuple[str, dict]:
     # If the store cannot take the receipt, it goes to the fallback file and the delivery
     # rows are lost with the transaction; what was delivered is still listed in the receipt.
     receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
-    if conn is not None:
+    if conn is not None and close:
         try:
             conn.close()
         except sqlite3.Error:
@@ -307,6 +312,11 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[s
     items = []
     for source in SOURCE_ORDER:
         items.extend(source(ctx))
+    gate = getattr(ctx, "stop_block", None)  # proposal_source's optional review gate (off by default)
+    if gate:
+        r["outcome"], r["delivered"], r["delivered_ids"] = "injected", 1, [gate["key"]]
+        r["detail"]["stop_gate"] = gate["key"]
+        return json.dumps({"decision": "block", "reason": gate["reason"]}, ensure_ascii=False) + "\n", ctx.after_commit
     if not items:
         r["outcome"] = "nothing"
         return "", ctx.after_commit
@@ -353,17 +363,22 @@ def _staged_files(cwd) -> list:
         return []
 
 
-def main(argv: "list | None" = None) -> int:
+def main(argv: "list | None" = None, *, exit_process: bool = False) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        out, _ = run(argv, _read_stdin())
+        # close=False: closing the last connection checkpoints the WAL (an fsync) on every
+        # prompt; the receipt is already committed, so the process exits without it.
+        out, _ = run(argv, _read_stdin, close=False)
         if out:
             sys.stdout.write(out)
             sys.stdout.flush()
     except BaseException:  # even a bug here must not block the agent
         pass
+    if exit_process:
+        # A real hook process: skip interpreter teardown (and the implicit connection close).
+        os._exit(0)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(exit_process=True)

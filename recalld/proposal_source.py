@@ -8,6 +8,9 @@ Two jobs at a session's hooks:
   one short block per batch (one proposer pass) with the ids and the exact commands, packed
   inside the budget like any other item. Each batch is shown at most `proposals.show_times`
   times (counted in `served`), so an ignored batch stops costing context.
+- Optional (settings proposals.review_gate, off by default): block the agent's stop once per
+  batch until it has decided (`_gate`). Fail-open like every source: an error here is a
+  receipt, and the agent stops normally.
 """
 
 from recalld import drafts, pack
@@ -44,6 +47,8 @@ def items(ctx) -> list:
     batches: dict = {}
     for r in rows:
         batches.setdefault(f"pb:{r['pass_id']}" if r["pass_id"] else f"p:{r['id']}", []).append(r)
+    if hi.act == "stop" and cfg.get("review_gate") and _gate(ctx, batches, int(cfg.get("show_max", 5))):
+        return []
     times = int(cfg.get("show_times", 2))
     out, shown = [], 0
     for key, batch in batches.items():
@@ -62,6 +67,38 @@ def items(ctx) -> list:
     ctx.receipt["candidates"] += shown
     ctx.receipt["above_floor"] += shown
     return out
+
+
+# Agents whose stop hook honours {"decision": "block", "reason": ...} (agent-hooks.md).
+GATE_AGENTS = ("claude", "gemini")
+
+
+def _gate(ctx, batches: dict, show_max: int) -> bool:
+    """The optional review gate: block this stop once per batch of undecided drafts, with the
+    drafts and the commands as the reason, so the agent decides before it ends its turn. Once
+    per batch (recorded in `served`), never while the agent is already continuing because of a
+    stop hook (Claude's stop_hook_active), and only for agents that honour the block."""
+    hi = ctx.hi
+    payload = hi.payload if isinstance(hi.payload, dict) else {}
+    if hi.agent_kind not in GATE_AGENTS or payload.get("stop_hook_active") is True:
+        return False
+    for key, batch in batches.items():
+        gkey = "gate:" + key
+        done = ctx.conn.execute("SELECT 1 FROM served WHERE session = ? AND item = ? LIMIT 1",
+                                (hi.session, gkey)).fetchone()
+        if done:
+            continue
+        item = _item(key, batch[:show_max])
+        reason = ("recalld drafted memories from this session; decide on each before you stop.\n"
+                  + item.body)
+        ctx.stop_block = {"key": gkey, "reason": reason}
+        uid, now, session = ctx.receipt["uid"], ctx.receipt["time"], hi.session
+        ctx.after_commit.append(lambda c: c.execute(
+            "INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)",
+            (now, session, gkey, "gate", uid)))
+        ctx.detail["proposals_pending"] = sum(len(b) for b in batches.values())
+        return True
+    return False
 
 
 def _item(key: str, batch: list) -> "pack.Item":

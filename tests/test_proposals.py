@@ -324,3 +324,30 @@ def test_proposals_can_be_switched_off(conn, project, home):
     assert out == ""
     hook.run(["stop"], json.dumps(stop_payload(project)).encode())
     assert conn.execute("SELECT count(*) FROM proposal_boundaries").fetchone()[0] == 0
+
+
+def test_optional_review_gate_blocks_a_stop_once_per_batch(conn, project, home):
+    make_drafts(conn, project)
+    # off by default: the stop answers with context, never a block
+    out, _ = hook.run(["stop"], json.dumps(stop_payload(project)).encode())
+    assert "decision" not in json.loads(out)
+    (home / "settings.json").write_text(json.dumps({"proposals": {"review_gate": True}}))
+    make_drafts(conn, project, texts=("Invoices are immutable once sent, because the tax office "
+                                      "requires the original numbering.",))
+    codex = dict(stop_payload(project), turn_id="t-1")
+    codex.pop("stop_hook_active")
+    out, _ = hook.run(["stop"], json.dumps(codex).encode())
+    assert "decision" not in out  # Codex's Stop is not documented to honour a block
+    out, r = hook.run(["stop"], json.dumps(stop_payload(project)).encode())
+    data = json.loads(out)
+    assert data["decision"] == "block" and "recalld proposals approve ID" in data["reason"]
+    assert "p1 constraint:" in data["reason"] and r["detail"]["stop_gate"] == "gate:pb:1"
+    # Claude continues because of the block: no second block while stop_hook_active
+    out, _ = hook.run(["stop"], json.dumps(dict(stop_payload(project), stop_hook_active=True)).encode())
+    assert "decision" not in out
+    # the next batch blocks once too, then never again
+    out, _ = hook.run(["stop"], json.dumps(stop_payload(project)).encode())
+    assert json.loads(out)["decision"] == "block" and "p2 constraint:" in json.loads(out)["reason"]
+    out, _ = hook.run(["stop"], json.dumps(stop_payload(project)).encode())
+    assert "decision" not in out
+    assert conn.execute("SELECT count(*) FROM proposal_boundaries").fetchone()[0] == 6
