@@ -38,7 +38,21 @@ from recalld import judge, llm, settings  # noqa: E402
 
 QUICK_N = 12  # questions in --quick: a couple of minutes on a busy 2-core machine
 DEFAULT_N = 150  # the default sample; --all asks every question (hours on 2 cores)
-THRESHOLDS = [round(-0.5 + 0.25 * i, 2) for i in range(15)]  # -0.5 .. 3.0
+THRESHOLDS = [round(0.1 * i, 1) for i in range(31)]  # 0.0 .. 3.0
+
+
+def _features(rt, need: str, res, id2dia: dict) -> list:
+    """The alternative scores for the candidates judge_need just scored: the model's yes/no
+    answer after the same frame (log P(yes) - log P(no)) and the search's coverage."""
+    feats = []
+    need_c = " " + judge.clip_need(need)
+    for v in res.candidates:
+        if v.judge_score is None:
+            continue
+        ctx = judge.WITH_MEMORY.format(memory=judge._clip_memory(v.text)) + need_c + judge.YES_NO
+        (yes, _), (no, _) = rt.logliks(ctx, [" yes", " no"], timeout_s=600)
+        feats.append({"dia": id2dia[v.memory_id], "judge": v.judge_score, "search": v.search_score, "yes_no": yes - no})
+    return feats
 
 
 def sample(asked: list, n: "int | None", seed: int = 0) -> list:
@@ -84,8 +98,63 @@ def outcomes(rows: list, passes) -> dict:
     }
 
 
+def auc(pos: list, neg: list) -> "float | None":
+    """P(score of an evidence candidate > score of a non-evidence one), ties count half."""
+    if not pos or not neg:
+        return None
+    wins = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)
+    return round(wins / (len(pos) * len(neg)), 3)
+
+
+def f1(o: dict) -> float:
+    """Harmonic mean of precision (every adversarial injection counted wrong) and the share of
+    answerable questions whose evidence passes: the calibration objective."""
+    p, r = o["precision_all"] or 0.0, o["answerable_evidence_passed"] or 0.0
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def compare(rows: list, k: int) -> dict:
+    """Candidate-level AUC (evidence vs other candidates of answerable questions) and the best
+    threshold by F1 for each scoring that was tried, on the same candidates."""
+    scorers = {
+        "query_likelihood": lambda c: c["judge"],
+        "yes_no": lambda c: c["yes_no"],
+        "coverage": lambda c: c["search"],
+        "ql+coverage": lambda c: c["judge"] + c["search"],
+        "ql+0.5*yes_no": lambda c: c["judge"] + 0.5 * c["yes_no"],
+    }
+    out = {}
+    for name, f in scorers.items():
+        pos = [f(c) for r in rows if r["category"] != 5 for c in r["feats"] if c["dia"] in r["evidence"]]
+        neg = [f(c) for r in rows if r["category"] != 5 for c in r["feats"] if c["dia"] not in r["evidence"]]
+        values = sorted({round(f(c), 3) for r in rows for c in r["feats"]})
+        best = None
+        for t in values[:: max(1, len(values) // 300)]:
+            o = _outcomes_feats(rows, f, t)
+            if best is None or f1(o) > best[0]:
+                best = (f1(o), t, o)
+        out[name] = {"candidate_auc": auc(pos, neg), "best_f1": round(best[0], 3) if best else None,
+                     "at": best[1] if best else None, **(best[2] if best else {})}
+    return out
+
+
+def _outcomes_feats(rows: list, f, t: float) -> dict:
+    by = []
+    for r in rows:
+        score = {c["dia"]: f(c) for c in r["feats"]}
+        by.append({"category": r["category"], "evidence": r["evidence"],
+                   "cands": [(d, s, score.get(d)) for d, s, _ in r["cands"]]})
+    return outcomes(by, lambda cands: [d for d, _, j in cands if j is not None and j >= t])
+
+
+def calibrate(curve: dict) -> tuple:
+    """The threshold of the curve with the best F1 (ties: the higher threshold, fewer injections)."""
+    best = max(curve.items(), key=lambda kv: (round(f1(kv[1]), 6), float(kv[0])))
+    return float(best[0]), round(f1(best[1]), 3)
+
+
 def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: bool = False,
-        seed: int = 0, verbose: bool = False) -> dict:
+        seed: int = 0, verbose: bool = False, compare_methods: bool = False) -> dict:
     cfg = settings.load()
     cfg["judge"] = dict(cfg["judge"])
     threshold = float(settings.DEFAULTS["judge"]["threshold"])
@@ -111,7 +180,10 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
             unjudged += 1
         id2dia = maps[a.sample_id]
         cands = [(id2dia[v.memory_id], v.search_score, v.judge_score) for v in res.candidates]
-        rows.append({"category": a.category, "evidence": a.evidence, "cands": cands})
+        row = {"category": a.category, "evidence": a.evidence, "cands": cands}
+        if compare_methods:
+            row["feats"] = _features(rt, a.question, res, id2dia)
+        rows.append(row)
         if res.candidates:
             per_need_ms.append(res.model_ms)
             per_cand_ms.append(res.model_ms / len(res.candidates))
@@ -127,6 +199,8 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
 
     curve = {f"{t:.2f}": outcomes(rows, judged(t)) for t in sorted(set(THRESHOLDS + [threshold]))}
     ans = [r for r in rows if r["category"] != 5]
+    best_t, best_f1 = calibrate(curve)
+    extra = {"compare": compare(rows, k)} if compare_methods else {}
     return {
         "data": info["path"],
         "model": Path(choice.path).name,
@@ -140,6 +214,9 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "evidence_in_candidates": round(sum(any(d in set(r["evidence"]) for d, _, _ in r["cands"])
                                             for r in ans) / len(ans), 3) if ans else None,
         "judge": curve[f"{threshold:.2f}"],
+        "judge_f1": round(f1(curve[f"{threshold:.2f}"]), 3),
+        "calibrated_threshold": best_t,
+        "calibrated_f1": best_f1,
         "baseline_top1": outcomes(rows, lambda c: [d for d, _, _ in c[:1]]),
         f"baseline_top{k}": outcomes(rows, lambda c: [d for d, _, _ in c[:k]]),
         "baseline_floor": outcomes(rows, lambda c: [d for d, s, _ in c[:k] if s >= floor]),
@@ -152,6 +229,7 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "judge_wall_s": round(judge_s, 1),
         "unjudged_questions": unjudged,
         "threads": rt.n_threads,
+        **extra,
         "rows": rows,
     }
 
@@ -171,8 +249,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rows", metavar="FILE", help="also write the per-question scores as JSON here")
+    ap.add_argument("--compare", action="store_true",
+                    help="also score the candidates with the alternatives tried (yes/no, coverage, combinations)")
     args = ap.parse_args(argv)
-    fig = run(args.quick, args.data, args.n, args.all, args.seed, verbose=not args.json)
+    fig = run(args.quick, args.data, args.n, args.all, args.seed, verbose=not args.json,
+              compare_methods=args.compare)
     if "error" in fig:
         print(fig["error"], file=sys.stderr)
         return 1
@@ -198,6 +279,16 @@ def main(argv=None) -> int:
     for t, o in fig["curve"].items():
         print(f"{'judge @ ' + t:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
               f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
+    print(f"\nthreshold with the best F1 of precision (all) and evidence passed on this run: "
+          f"{fig['calibrated_threshold']:g} (F1 {fig['calibrated_f1']}); the default {fig['threshold']:g} "
+          f"has F1 {fig['judge_f1']}")
+    if "compare" in fig:
+        print("\nscorings compared on the same candidates (AUC: evidence vs other candidates):")
+        print(f"{'':20}{'AUC':>7}{'best F1':>9}{'at':>8}{'evidence passed':>17}{'adv. silent':>12}{'prec. all':>10}")
+        for name, c in fig["compare"].items():
+            print(f"{name:20}{_fmt(c['candidate_auc']):>7}{_fmt(c['best_f1']):>9}{c['at'] if c['at'] is not None else '-':>8}"
+                  f"{_fmt(c.get('answerable_evidence_passed')):>17}{_fmt(c.get('adversarial_silent')):>12}"
+                  f"{_fmt(c.get('precision_all')):>10}")
     print(f"\njudge time per candidate p50 {fig['judge_ms_per_candidate_p50']} ms; per need p50 "
           f"{fig['judge_ms_per_need_p50']} ms, p90 {fig['judge_ms_per_need_p90']} ms "
           f"({fig['threads']} thread); model load {fig['model_load_ms']} ms")

@@ -27,11 +27,15 @@ from recalld.scope import Scope
 
 METHOD = "query-likelihood"
 MAX_MEMORY_CHARS = 1500  # a memory longer than this is judged on its head
-MAX_NEED_CHARS = 600  # a long need is judged on its tail (the latest reasoning or error)
+MAX_NEED_CHARS = 400  # a long need is judged on its tail (the latest reasoning or error); its tokens
+# are decoded once per candidate, so this bounds the cost of a pass
 
 # The same frame with and without the memory, so the difference isolates what the memory adds.
 WITH_MEMORY = "Note: {memory}\nQuestion:"
 WITHOUT_MEMORY = "Note: (none)\nQuestion:"
+# Measured and not kept (docs/judge.md): asking the model "does the note answer the question?"
+# and comparing log P(yes) with log P(no) after the same frame.
+YES_NO = "\nDoes the note answer the question (yes or no)? Answer:"
 
 
 @dataclass

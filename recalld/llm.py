@@ -434,14 +434,26 @@ class Runtime:
             {"role": "user", "content": prompt}]
 
         def work(deadline):
-            def check_time(_ids, logits):
-                _check(deadline)
-                return logits
+            from llama_cpp import StoppingCriteriaList
 
-            out = self._llm.create_chat_completion(
-                messages=messages, grammar=self._grammar(schema), temperature=0.0, top_k=1,
-                seed=self.seed, max_tokens=max_tokens, logits_processor=[check_time])
-            return out["choices"][0]["message"]["content"], out["choices"][0].get("finish_reason")
+            # A stopping criterion, not a logits processor: llama.cpp calls logits processors
+            # from a C callback that swallows exceptions, so a deadline raised there would
+            # not stop the generation.
+            late = []
+
+            def past_deadline(_ids, _logits) -> bool:
+                if deadline is not None and time.monotonic() > deadline:
+                    late.append(True)
+                    return True
+                return False
+
+            text, stop = self._chat_prompt(messages)
+            out = self._llm.create_completion(
+                text, grammar=self._grammar(schema), temperature=0.0, top_k=1, seed=self.seed,
+                max_tokens=max_tokens, stop=stop, stopping_criteria=StoppingCriteriaList([past_deadline]))
+            if late:
+                raise LLMTimeout("generation ran past its deadline")
+            return out["choices"][0]["text"], out["choices"][0].get("finish_reason")
 
         text, finish = self._run(work, timeout_s)
         try:
@@ -449,6 +461,22 @@ class Runtime:
         except ValueError:
             why = "it hit max_tokens" if finish == "length" else "the output does not parse"
             raise LLMError(f"model output is not complete JSON ({why}): {text[:200]!r}") from None
+
+    def _chat_prompt(self, messages: list) -> tuple:
+        """The prompt in the model's own chat template (from the GGUF metadata), with its stop
+        strings; plain text for a model without a template."""
+        tmpl = (self._llm.metadata or {}).get("tokenizer.chat_template")
+        if not tmpl:
+            return "\n\n".join(m["content"] for m in messages) + "\n", None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def tok_text(t):
+            return self._llm._model.token_get_text(t) if t != -1 else ""
+
+        fmt = Jinja2ChatFormatter(template=tmpl, eos_token=tok_text(self._llm.token_eos()),
+                                  bos_token=tok_text(self._llm.token_bos()))
+        r = fmt(messages=messages)
+        return r.prompt, r.stop
 
     def close(self):
         def free(_d):

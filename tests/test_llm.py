@@ -235,10 +235,14 @@ def test_generate_json_follows_the_schema(rt):
 
 
 def test_a_call_past_its_time_limit_raises_and_the_runtime_keeps_working(rt):
+    schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 4000}},
+              "required": ["story"]}
+    calls = rt.calls
     with pytest.raises(llm.LLMTimeout):
-        rt.generate_json("List ten facts about databases.", {"type": "array", "items": {"type": "string"}},
-                         max_tokens=200, timeout_s=0.001)
+        rt.generate_json("Write a long story about a database.", schema, max_tokens=1900, timeout_s=0.5)
+    # the abandoned generation stops at its deadline check and frees the worker
     assert rt.loglik("Note: (none)\nQuestion:", " Does it still work?")[1] > 0
+    assert rt.calls == calls + 2
 
 
 @needs_model
