@@ -24,7 +24,9 @@ DEFAULTS: dict = {
     # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
     "receipt_hash": False,
     # the background pass
-    "judge": {"threshold": 0.0, "max_candidates": 5, "timeout_s": 20},
+    # judge.threshold: query-likelihood gain per need token (recalld.judge), calibrated for the
+    # embedded SmolLM2-135M on the LoCoMo dev split by benchmarks/bench_judge.py (docs/judge.md)
+    "judge": {"threshold": 1.6, "max_candidates": 5, "timeout_s": 20},
     "queue": {"expire_steps": 6, "expire_minutes": 30},
     "models": {"judge": None, "proposer": None},
     # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)
