@@ -221,7 +221,7 @@ def hook(event, agent, deadline_ms):
     from recalld.hook import main as hook_main
 
     argv = [event] + (["--agent", agent] if agent else []) + (["--deadline-ms", str(deadline_ms)] if deadline_ms else [])
-    sys.exit(hook_main(argv))
+    sys.exit(hook_main(argv, exit_process=True))
 
 
 @cli.command()

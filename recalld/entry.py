@@ -12,7 +12,7 @@ def main() -> None:
     if argv[:1] == ["hook"]:
         from recalld.hook import main as hook_main
 
-        sys.exit(hook_main(argv[1:]))
+        sys.exit(hook_main(argv[1:], exit_process=True))
     from recalld.cli import cli
 
     cli(prog_name="recalld")

@@ -242,3 +242,16 @@ def test_subagent_reads_its_own_agent_notes(seeded, conn):
     out_sub, r = hook.run(["prompt-submit"], json.dumps(p_sub).encode())
     assert "Reviewer note" not in out_main and "Reviewer note" in out_sub
     assert r["agent"] == "reviewer"
+
+
+def test_stdin_that_never_ends_is_cut_by_the_deadline(home, project):
+    """A git hook under an agent's shell may inherit a stdin that never reaches EOF."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "recalld", "hook", "commit", "--deadline-ms", "300"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(project))
+    try:
+        assert p.wait(timeout=30) == 0
+    finally:
+        p.stdin.close()
+    recs = receipts.read(db.connect())
+    assert [(r["hook"], r["outcome"]) for r in recs] == [("commit", "timeout")]
