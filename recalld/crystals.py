@@ -23,7 +23,7 @@ directory's parsed bindings are cached in RECALLD_HOME/cache/ keyed by each file
 not cached: only the few crystals an act matches are read.
 """
 
-import hashlib
+import zlib
 import marshal
 import os
 import re
@@ -254,7 +254,8 @@ def directories(project: "str | None") -> list:
 
 
 def _cache_path(directory: str) -> str:
-    digest = hashlib.sha1(directory.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    # crc32 names the cache file; hashlib would cost the hook an import for no security need.
+    digest = f"{zlib.crc32(directory.encode('utf-8', 'surrogateescape')):08x}"
     return os.path.join(str(paths.home()), "cache", f"crystals-{digest}.marshal")
 
 

@@ -24,8 +24,6 @@ crystals bound to the act go first, yet a passed judge entry or a pre-step hit i
 crowded out by an oversubscribed crystal corpus.
 """
 
-from dataclasses import dataclass, field
-
 CLAIM_MARKERS = ("⛔", "❗", "⚠")
 ELLIPSIS = "…"
 OUTCOMES = ("whole", "cut", "tell", "withheld", "stale")
@@ -35,15 +33,25 @@ MIN_CUT = 750
 RESERVE = {"queue": 0.25, "memory": 0.25}
 
 
-@dataclass
+# Plain classes rather than dataclasses: `dataclasses` imports `inspect`, which alone costs
+# the hook process more than the rest of its imports, on every prompt and tool call.
+
+
 class Item:
-    key: str  # stable id: "m:12" memory, "q:5" queue entry, "c:name" crystal
-    source: str  # memory | queue | crystal | proposal
-    label: str  # shown in brackets so the agent can act on it ("m12 decision")
-    body: str
-    tell: "str | None" = None
-    stale: bool = False
-    meta: dict = field(default_factory=dict)
+    __slots__ = ("key", "source", "label", "body", "tell", "stale", "meta")
+
+    def __init__(self, key: str, source: str, label: str, body: str, tell: "str | None" = None,
+                 stale: bool = False, meta: "dict | None" = None):
+        self.key = key  # stable id: "m:12" memory, "q:5" queue entry, "c:name" crystal
+        self.source = source  # memory | queue | crystal | proposal
+        self.label = label  # shown in brackets so the agent can act on it ("m12 decision")
+        self.body = body
+        self.tell = tell
+        self.stale = stale
+        self.meta = {} if meta is None else meta
+
+    def __repr__(self) -> str:
+        return f"Item({self.key!r}, {self.source!r}, {len(self.body)} chars)"
 
     def render(self, body: "str | None" = None, tell: bool = False) -> str:
         if tell:
@@ -51,21 +59,29 @@ class Item:
         return f"[{self.label}] {self.body if body is None else body}"
 
 
-@dataclass
 class Placed:
-    item: Item
-    outcome: str  # whole | cut | tell | withheld | stale
-    text: str = ""  # what is delivered ("" when withheld)
-    cut_chars: int = 0  # chars of the full text not delivered because of a cut
-    cut_claims: int = 0  # marked claim lines that started in the cut tail
-    withheld_chars: int = 0  # full text not delivered at all (tell, withheld, stale)
-    wanted_chars: int = 0  # the full rendered text plus its separator
+    __slots__ = ("item", "outcome", "text", "cut_chars", "cut_claims", "withheld_chars", "wanted_chars")
+
+    def __init__(self, item: Item, outcome: str, text: str = "", cut_chars: int = 0, cut_claims: int = 0,
+                 withheld_chars: int = 0, wanted_chars: int = 0):
+        self.item = item
+        self.outcome = outcome  # whole | cut | tell | withheld | stale
+        self.text = text  # what is delivered ("" when withheld)
+        self.cut_chars = cut_chars  # chars of the full text not delivered because of a cut
+        self.cut_claims = cut_claims  # marked claim lines that started in the cut tail
+        self.withheld_chars = withheld_chars  # full text not delivered at all (tell, withheld, stale)
+        self.wanted_chars = wanted_chars  # the full rendered text plus its separator
+
+    def __repr__(self) -> str:
+        return f"Placed({self.item.key!r}, {self.outcome!r}, {len(self.text)} chars)"
 
 
-@dataclass
 class Packed:
-    placed: list
-    budget: int
+    __slots__ = ("placed", "budget")
+
+    def __init__(self, placed: list, budget: int):
+        self.placed = placed
+        self.budget = budget
 
     def by(self, outcome: str) -> list:
         return [p for p in self.placed if p.outcome == outcome]
