@@ -27,11 +27,12 @@ sys.path.insert(0, str(HERE))
 
 import synth  # noqa: E402
 
-from recalld import db, store  # noqa: E402
+from recalld import db, settings, store  # noqa: E402
 from recalld.scope import Scope  # noqa: E402
 from recalld.search import search  # noqa: E402
 from recalld.textproc import STOPWORDS  # noqa: E402
 
+FLOOR = float(settings.DEFAULTS["floor"])
 PROJECTS = ["/src/ledgerly", "/src/ledgerly-web", "/src/infra", "/src/dotfiles", "/src/scratch"]
 WORDS = ("account balance batch cursor deadline export fixture flaky gateway header index invoice "
          "journal ledger lock migration payload queue quota refund replica retry rollback schema "
@@ -57,13 +58,13 @@ def build(conn, n: int, seed: int = 5) -> float:
     common = synth.memories(n // 2, seed=seed)
     mems = common + [rare_memory(r) for _ in range(n - len(common))]
     r.shuffle(mems)
+    # 60% in the benchmarked project, the rest spread over four others, interleaved in time
+    # as several projects' sessions are.
+    owner = [PROJECTS[0] if r.random() < 0.6 else r.choice(PROJECTS[1:]) for _ in mems]
+    lines = [json.dumps({**m, "cwd": o}) for m, o in zip(mems, owner)]  # a cwd outside git is its own project
     t = time.perf_counter()
-    for p_i, project in enumerate(PROJECTS):
-        # 60% in the benchmarked project, the rest spread over the others
-        share = mems[: int(n * 0.6)] if p_i == 0 else mems[int(n * 0.6) + (p_i - 1) * n // 10: int(n * 0.6) + p_i * n // 10]
-        lines = [json.dumps(m) for m in share]
-        for i in range(0, len(lines), 5000):
-            store.import_jsonl(conn, lines[i:i + 5000], Scope(project, "main"))
+    for i in range(0, len(lines), 5000):
+        store.import_jsonl(conn, lines[i:i + 5000], Scope(PROJECTS[0], "main"))
     return time.perf_counter() - t
 
 
@@ -92,6 +93,13 @@ def plain_fts(conn, text: str, k: int = 15) -> list:
                         (match, k)).fetchall()
 
 
+def _load():
+    try:
+        return round(os.getloadavg()[0], 2)  # other work on the machine shows up in every figure
+    except OSError:
+        return None
+
+
 def pct(xs, q):
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
@@ -112,7 +120,7 @@ def run(quick: bool = False) -> dict:
     rounds = 3 if quick else 5
     ps = prompts()
     sc = Scope(PROJECTS[0], "main")
-    out = {"prompts": len(ps), "rounds": rounds, "sizes": {}}
+    out = {"prompts": len(ps), "rounds": rounds, "load_average_at_start": _load(), "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="recalld-bench-search-") as tmp:
         for n in sizes:
             conn = db.connect(Path(tmp) / f"s{n}.db")
@@ -125,14 +133,15 @@ def run(quick: bool = False) -> dict:
                 plain_fts(conn, p)
             ours = time_it(lambda p: search(conn, p, sc, limit=15, floor=0.0), ps, rounds)
             base = time_it(lambda p: plain_fts(conn, p), ps, rounds)
-            injected = sum(bool(search(conn, p, sc, limit=5, floor=0.3)) for p in ps)
+            injected = sum(bool(search(conn, p, sc, limit=5, floor=FLOOR)) for p in ps)
             out["sizes"][str(n)] = {
                 "build_s": round(build_s, 1),
                 "search_p50_ms": round(statistics.median(ours), 3), "search_p99_ms": round(pct(ours, 0.99), 3),
                 "plain_fts_p50_ms": round(statistics.median(base), 3), "plain_fts_p99_ms": round(pct(base, 0.99), 3),
-                "prompts_injecting_at_0.3": f"{injected}/{len(ps)}",
+                "prompts_injecting_at_floor": f"{injected}/{len(ps)}",
             }
             conn.close()
+            out["sizes"][str(n)]["load_average"] = _load()
             print(f"{n:>7}: {json.dumps(out['sizes'][str(n)])}", flush=True)
     xs = [int(n) for n in out["sizes"]]
     out["target"] = "search p50 < 5 ms at 100k"

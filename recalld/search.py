@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from recalld.scope import Scope
-from recalld.textproc import Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
+from recalld.textproc import STOPWORDS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
 
 MAX_QUERY_TERMS = 32
 CANDIDATES = 40
@@ -21,6 +21,9 @@ CANDIDATES = 40
 # frequencies bound its cost. The rarest terms go in first; commoner ones still count toward
 # a hit's coverage, they just do not pull candidates in.
 POSTINGS_BUDGET = 1000
+# When every term is commoner than that, memories holding the rarest terms together are read
+# newest first, from at most this many matches.
+SCAN_CAP = 1000
 # Typo correction: words of at least this length, at most this many per query; two edits
 # only for long words.
 FUZZY_MIN_LEN = 4
@@ -29,6 +32,8 @@ MAX_FUZZY = 3
 # Ranking = coverage + BM25_WEIGHT * (bm25 relative to the best candidate) + SUBJECT_WEIGHT
 # when the query names the memory's subject label. `score` (what the floor reads) is coverage.
 BM25_WEIGHT = 0.15
+# `score` is the larger of the query's share covered and the memory's share mentioned.
+MEMORY_SIDE = True
 SUBJECT_WEIGHT = 0.2
 
 
@@ -197,9 +202,16 @@ def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candid
     if ranked:
         sql = SELECT_HIT.format(bm=", bm25(memories_fts, 1.0, 0.6, 0.4) AS bm", where=where)
         return conn.execute(sql + " ORDER BY bm LIMIT ?", (_match_expr(ranked), *params, candidates)).fetchall()
-    sql = SELECT_HIT.format(bm=", 0.0 AS bm", where=where) + " ORDER BY memories_fts.rowid DESC LIMIT ?"
+    # The newest SCAN_CAP matches at most: a project idle for a long time behind busier ones
+    # must not turn this into a walk over every posting.
+    sql = f"""SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
+                     m.created_at, m.terms, 0.0 AS bm
+              FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?
+                    ORDER BY rowid DESC LIMIT {SCAN_CAP}) f
+              JOIN memories m ON m.id = f.rowid
+              WHERE {where} ORDER BY m.id DESC LIMIT ?"""
     for n in (3, 2, 1):
-        if n > len(by_df) or (n > 1 and n == len(by_df) + 1):
+        if n > len(by_df):
             continue
         rows = conn.execute(sql, (" AND ".join(_term_expr(t) for t in by_df[:n]), *params, candidates)).fetchall()
         if rows or n == 1:
@@ -210,6 +222,7 @@ def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candid
 def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 10,
            floor: float = 0.0, stemmer: "Stemmer | None" = None,
            candidates: int = CANDIDATES) -> list[Hit]:
+    stemmer = stemmer or Stemmer(conn)
     terms, n_docs = analyse(conn, query, stemmer)
     present = [t for t in terms if t.df > 0]
     if not present:
@@ -217,11 +230,20 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     rows = candidate_rows(conn, present, scope, candidates)
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
+    have_of = [set(r["terms"].split()) for r in rows]
+    mem_idf = _memory_idf(conn, stemmer, have_of, terms, n_docs) if MEMORY_SIDE else {}
     hits = []
-    for r in rows:
-        have = set(r["terms"].split())
+    for r, have in zip(rows, have_of):
         matched = [t for t in terms if t.in_(have)]
-        cover = sum(t.idf for t in matched) / total_idf
+        got = sum(t.idf for t in matched)
+        cover = got / total_idf
+        if mem_idf:
+            # Long verbatim prompts (a traceback, a page of instructions) cover a small share
+            # of themselves with any one memory; the share of the memory the prompt mentions
+            # says the same thing from the memory's side.
+            mass = sum(map(mem_idf.__getitem__, have))
+            if mass > 0:
+                cover = max(cover, min(1.0, got / mass))
         hits.append(Hit(
             id=r["id"], text=r["text"], tell=r["tell"], kind=r["kind"], scope=r["scope"],
             project=r["project"], agent=r["agent"], always=bool(r["always"]),
@@ -235,6 +257,34 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     hits.sort(key=lambda h: -(h.score + BM25_WEIGHT * (h.bm25 / best_bm)
                               + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)))
     return [h for h in hits if h.score >= floor][:limit]
+
+
+def _memory_idf(conn, stemmer, have_of: list, terms: list, n_docs: int) -> dict:
+    """idf of every informative term the candidates hold (stopword stems weigh nothing)."""
+    stop = stop_stems(stemmer)
+    known = {t.stem: t.idf for t in terms}
+    for t in terms:
+        for a in t.alts:
+            known.setdefault(a, t.idf)
+    every = set().union(*have_of)
+    need = sorted(every - stop - set(known))
+    out = dict.fromkeys(every, 0.0)  # every candidate term is a key; stopwords weigh nothing
+    out.update((k, v) for k, v in known.items() if k not in stop)
+    for i in range(0, len(need), 500):
+        for term, df in doc_freqs(conn, need[i:i + 500]).items():
+            out[term] = _idf(n_docs, df)
+    return out
+
+
+_STOP_STEMS: "frozenset | None" = None
+
+
+def stop_stems(stemmer: Stemmer) -> frozenset:
+    """The porter stems of the stopwords ("was" -> "wa"), computed once per process."""
+    global _STOP_STEMS
+    if _STOP_STEMS is None:
+        _STOP_STEMS = frozenset(s for s in stemmer.stem_each(sorted(STOPWORDS)) if s)
+    return _STOP_STEMS
 
 
 _SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")

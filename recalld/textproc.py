@@ -114,10 +114,21 @@ class Stemmer:
         )
 
     def stem_each(self, words: list[str]) -> list["str | None"]:
-        """One stem per word (None where the tokenizer kept nothing of it)."""
+        """One stem per word (None where the tokenizer kept nothing of it).
+
+        The words go in as one document, so this is one insert however many words there
+        are; each word is letters and digits only (see `tokens`), which unicode61 keeps as one
+        token, so token offsets line up with the words. If they ever do not, each word is
+        stemmed as its own document instead."""
         if not words:
             return []
         c = self.conn
+        c.execute("DELETE FROM temp.recalld_stem")
+        c.execute("INSERT INTO temp.recalld_stem(rowid, t) VALUES (1, ?)", (" ".join(words),))
+        got = c.execute("SELECT term FROM temp.recalld_stem_v WHERE col = 't' ORDER BY offset").fetchall()
+        if len(got) == len(words):
+            c.execute("DELETE FROM temp.recalld_stem")
+            return [r[0] for r in got]
         c.execute("DELETE FROM temp.recalld_stem")
         c.executemany("INSERT INTO temp.recalld_stem(rowid, t) VALUES (?, ?)",
                       [(i + 1, w) for i, w in enumerate(words)])
