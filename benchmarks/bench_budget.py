@@ -6,8 +6,10 @@ For character budgets from 500 to 8,000: the share of answerable LoCoMo question
 1-4) whose evidence memory is delivered by the pre-step (through the hook's own memory source
 and recalld.pack.pack: delivered whole, or cut/told with the answer inside what was delivered),
 at the default floor and max_results, and with max_results raised to 20 (what budget alone
-buys). The unlimited-budget ceiling is search's own recall above the floor. When crystals exist
-(recalld/crystals.py), also the share of marked claims withheld per budget.
+buys). The unlimited-budget ceiling is search's own recall above the floor. With crystals
+(recalld/crystals.py): the share of marked claims that do not reach the model per budget, for
+the shipped crystals (contrib/crystals/) all matching one act, and for the crystals benchmark's
+generated corpus over a session of acts (bench_crystal_budget.curve, fair rotation included).
 """
 
 import json
@@ -36,16 +38,15 @@ def run(quick: bool = False, data=None) -> dict:
         if crystal.get("claims_withheld"):
             plots_series["crystal claims withheld (shipped crystals, all matched)"] = list(
                 crystal["claims_withheld"].values())
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="recalld-crystals-") as d:
-            synthetic_crystals(Path(d))
-            syn = crystal_acts_curve(BUDGETS, Path(d))
-        out["crystals_synthetic"] = syn
-        plots_series["crystal claims withheld (synthetic corpus, 3 per act)"] = list(syn["claims_withheld"].values())
-        out["notes"] = ["Crystal claims: the shipped crystals (contrib/crystals/) are few, so a seeded synthetic "
-                        "corpus (40 crystals, 150-5,000 character essences, a third with a second claim in the "
-                        "tail) is packed too, 3 crystals per act; it measures the packer, not real crystals."]
+        try:
+            import bench_crystal_budget  # the crystals benchmark's generated corpus and acts
+        except ImportError:
+            bench_crystal_budget = None
+        if bench_crystal_budget is not None:
+            syn = bench_crystal_budget.curve(BUDGETS, n_acts=60 if quick else 200)
+            out["crystals_generated_corpus"] = syn
+            plots_series["crystal claims not delivered (generated corpus, a session of acts)"] = [
+                syn["claims_withheld"][b] for b in BUDGETS]
     else:
         out["notes"] = ["crystals: recalld/crystals.py is not available in this checkout; crystal claims not measured"]
     out["plots"] = [{"file": "budget_curve.png", "kind": "line", "title": "What reaches the model vs budget",
@@ -89,56 +90,6 @@ def crystal_curve(budgets, directory=None) -> "dict | None":
     return {"directory": str(directory), "crystals": len(found), "claims": total,
             "essence_chars": sum(c.essence_chars for c in found), "item_cap_chars": cap,
             "claims_withheld": withheld, "delivered_as_tell": told}
-
-
-FILLER = ("The history behind this rule: a session ran the command on a shared tree, the person lost "
-          "work, and the review found that nothing earlier would have caught it. ")
-
-
-def synthetic_crystals(directory: Path, n: int = 40, seed: int = 13) -> None:
-    """A seeded corpus of crystal files shaped like the seed's: essences from 150 to 5,000
-    characters (log-uniform), one leading marked claim, and in a third of them one or two more
-    claims further down (a second idea in the tail, the case a head-first cut loses)."""
-    import math
-    import random
-
-    r = random.Random(seed)
-    for i in range(n):
-        size = int(math.exp(r.uniform(math.log(150), math.log(5000))))
-        body = (FILLER * (size // len(FILLER) + 1))[:size]
-        lines = [f"⛔ RULE {i}: check the shared tree before acting."] + [
-            body[j:j + 90] for j in range(0, len(body), 90)]
-        if r.random() < 1 / 3:
-            for _ in range(r.choice((1, 2))):
-                lines.insert(r.randrange(2, len(lines) + 1), f"❗ ALSO {i}: a second claim further down.")
-        text = (f"crystal:\non: bash\nmatch: synthetic-{i}\ntell: Rule {i} in one line.\n\n"
-                "<!-- crystal:essence -->\n" + "\n".join(lines) + "\n<!-- /crystal:essence -->\n")
-        (directory / f"synthetic-{i:02d}.md").write_text(text, encoding="utf-8")
-
-
-def crystal_acts_curve(budgets, directory: Path, per_act: int = 3, acts: int = 200, seed: int = 5) -> dict:
-    """Acts that each match `per_act` crystals drawn from `directory`: the share of their marked
-    claims that do not reach the model, per budget."""
-    import random
-
-    from recalld import crystal_source, crystals, pack, settings
-
-    found = [crystals.parse_file(str(f)) for f in sorted(directory.glob("*.md"))]
-    cap = int(settings.DEFAULTS["item_cap_chars"])
-    r = random.Random(seed)
-    draws = [r.sample(found, min(per_act, len(found))) for _ in range(acts)]
-    withheld = {}
-    for b in budgets:
-        total = got = 0
-        for cs in draws:
-            items, _ = crystal_source.to_items(crystal_source.order([(c, list(c.keys)) for c in cs], {}))
-            claims = {c.key: c.claims for c in cs}
-            total += sum(claims.values())
-            got += sum(claims[p.item.key] - p.cut_claims for p in pack.pack(items, b, cap).placed
-                       if p.outcome in ("whole", "cut"))
-        withheld[str(b)] = round(1 - got / total, 3) if total else None
-    return {"crystals": len(found), "claims": sum(c.claims for c in found), "acts": acts,
-            "crystals_per_act": per_act, "claims_withheld": withheld}
 
 
 def main(argv=None) -> int:

@@ -36,6 +36,7 @@ def run(quick: bool = False, data=None) -> dict:
     out["abstention"] = curve
     at = curve.get(f"{floor:.2f}") or locomo.abstention(asked, floors=(floor,))[f"{floor:.2f}"]
     out["at_default_floor"] = at
+    out["equal_error_floor"] = locomo.equal_error_floor(asked)
     if not quick:
         styles = {}
         for style in locomo.STYLES:
@@ -55,7 +56,8 @@ def run(quick: bool = False, data=None) -> dict:
                     "bm25 recall@5": [q["baseline"][c]["recall@5"] for c in CATS]}},
         {"file": "locomo_floor.png", "kind": "line", "title": "Pre-step floor: abstention vs evidence injected",
          "x": [float(f) for f in curve], "xlabel": "floor (coverage score)", "ylabel": "share",
-         "series": {"adversarial (cat 5) injecting nothing": [v["adversarial_silent"] for v in curve.values()],
+         "series": {"unrelated (other conversation) injecting nothing": [v["unrelated_silent"] for v in curve.values()],
+                    "adversarial (cat 5) injecting nothing": [v["adversarial_silent"] for v in curve.values()],
                     "answerable: evidence injected": [v["answerable_injected"] for v in curve.values()],
                     "precision of injected memories": [v["precision"] for v in curve.values()]}},
     ]
@@ -81,6 +83,9 @@ def main(argv=None) -> int:
         print(f"  {c:<12} n={r['n']:<4} recalld hit@1 {r['hit@1']:.3f} recall@5 {r['recall@5']:.3f}"
               f"   bm25 hit@1 {b['hit@1']:.3f} recall@5 {b['recall@5']:.3f}")
     print(f"  at the default floor {res['floor']}: {json.dumps(res['at_default_floor'])}")
+    print(f"  equal-error floor (unrelated leaks = answerable misses): {res['equal_error_floor']}")
+    for f, v in res["abstention"].items():
+        print(f"    floor {f}: {json.dumps(v)}")
     for s, v in (res.get("styles") or {}).items():
         print(f"  style {s:<13} {json.dumps(v)}")
     return 0

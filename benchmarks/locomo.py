@@ -180,6 +180,9 @@ class Asked:
     recalld: list = field(default_factory=list)  # [(dia_id, memory id, score)] best first
     baseline: list = field(default_factory=list)  # [dia_id] best first
     search_ms: float = 0.0
+    # the best score the same question gets in ANOTHER conversation's project: an unrelated
+    # prompt that shares the everyday vocabulary (the floor's null distribution)
+    unrelated_top: float = 0.0
 
 
 def hit_at(ranked: list, evidence, k: int) -> bool:
@@ -205,18 +208,21 @@ def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5)
         t0 = time.perf_counter()
         maps[conv.sample_id] = index(conn, conv, style)
         t_index += time.perf_counter() - t0
-    for conv in convs:
+    for ci, conv in enumerate(convs):
         id2dia = maps[conv.sample_id]
         base = Baseline(conv, style)
         sc = scope_for(conv)
+        other = scope_for(convs[(ci + 1) % len(convs)]) if len(convs) > 1 else None
         for q in conv.questions:
             if q.category not in categories:
                 continue
             t0 = time.perf_counter()
             hits = searcher(conn, q.question, sc, limit=DEPTH, floor=0.0)
             ms = (time.perf_counter() - t0) * 1000
+            elsewhere = searcher(conn, q.question, other, limit=1, floor=0.0) if other else []
             asked.append(Asked(conv.sample_id, q.question, q.category, q.evidence, q.answer,
-                               [(id2dia[h.id], h.id, h.score) for h in hits], base.search(q.question), ms))
+                               [(id2dia[h.id], h.id, h.score) for h in hits], base.search(q.question), ms,
+                               elsewhere[0].score if elsewhere else 0.0))
     info = {"path": str(Path(path) if path else DEFAULT_DATA), "style": style,
             "conversations": len(convs), "memories": sum(len(c.turns) for c in convs),
             "questions": len(asked), "dropped_no_evidence": sum(c.dropped for c in convs),
@@ -308,8 +314,10 @@ def _prompt_input():
                               session=None, cwd=None, act="prompt")
 
 
-def abstention(asked: list, floors=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), max_results: int = 5) -> dict:
-    """At each floor: the share of adversarial (cat 5) questions that would inject nothing, the
+def abstention(asked: list, floors=(0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7),
+               max_results: int = 5) -> dict:
+    """At each floor: the share of unrelated questions (asked in another conversation's
+    project) and of adversarial (cat 5) questions that would inject nothing, the
     share of answerable questions whose evidence is injected (above the floor, in the first
     max_results), and the precision of what is injected (share of injected memories that are
     evidence, answerable questions only)."""
@@ -324,6 +332,7 @@ def abstention(asked: list, floors=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), max
         inj = [(d, a) for a in ans for d in injected(a)]
         prec = sum(d in a.evidence for d, a in inj) / len(inj) if inj else None
         out[f"{f:.2f}"] = {
+            "unrelated_silent": round(sum(a.unrelated_top < f for a in asked) / len(asked), 3) if asked else None,
             "adversarial_silent": round(silent / len(adv), 3) if adv else None,
             "answerable_injected": round(got / len(ans), 3) if ans else None,
             "answerable_silent": round(sum(not injected(a) for a in ans) / len(ans), 3) if ans else None,
@@ -331,6 +340,25 @@ def abstention(asked: list, floors=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), max
             "injected_per_question": round(len(inj) / len(ans), 2) if ans else None,
         }
     return out
+
+
+def equal_error_floor(asked: list, max_results: int = 5) -> "float | None":
+    """The floor (0.01 steps) where the share of unrelated questions that inject something
+    equals the share of answerable questions whose evidence is not injected: the operating
+    point of a detector with no reason to prefer one error over the other."""
+    ans = [a for a in asked if a.category in ANSWERABLE]
+    if not ans or not asked:
+        return None
+    best = None
+    for i in range(101):
+        f = i / 100
+        leak = sum(a.unrelated_top >= f for a in asked) / len(asked)
+        miss = sum(not hit_at([d for d, _, s in a.recalld if s >= f][:max_results], a.evidence, max_results)
+                   for a in ans) / len(ans)
+        gap = abs(leak - miss)
+        if best is None or gap < best[0]:
+            best = (gap, f)
+    return best[1]
 
 
 def latency(asked: list) -> dict:
