@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recalld import receipts, transcripts
+from recalld.policies import redact
 
 READ_CHUNK = 8 * 1024 * 1024
 WRITE_EVENTS = {"modified", "created", "moved", "closed"}  # watchdog event types that mean new bytes
@@ -267,10 +268,19 @@ class Tailer:
         for line in lines:
             evs = transcripts.parse_line(line, state)
             for seq, ev in enumerate(evs or ()):
+                # Transcripts carry whatever the agent saw, secrets included: redact before
+                # anything is stored or handed on (the same policy the proposer's drafts get).
+                ev.text = redact(ev.text)[0] if ev.text else ev.text
+                tool_input = None
+                if ev.tool_input is not None:
+                    tool_input = redact(json.dumps(ev.tool_input, ensure_ascii=False, default=str))[0]
+                    try:
+                        ev.tool_input = json.loads(tool_input)
+                    except ValueError:
+                        ev.tool_input = {"redacted": tool_input}
                 events.append(ev)
                 rows.append((now, ev.time, ev.session, ev.cwd, ev.project, ev.agent, ev.role, ev.kind,
-                             ev.text, ev.tool,
-                             json.dumps(ev.tool_input, ensure_ascii=False, default=str) if ev.tool_input is not None else None,
+                             ev.text, ev.tool, tool_input,
                              1 if ev.is_error else 0, ev.uuid, ev.source, c.generation, ev.line_no, seq))
         c.offset += len(data)
         c.lines = state.line_no

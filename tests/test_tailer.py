@@ -12,6 +12,7 @@ import pytest
 from conftest import TRANSCRIPTS
 from recalld import db, tailer
 from recalld import transcripts as T
+from recalld.policies import redact
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
 
@@ -39,7 +40,9 @@ def expected_keys(paths):
         for ev in T.parse_file(p):
             seq = seqs.get(ev.line_no, 0)
             seqs[ev.line_no] = seq + 1
-            keys.append((str(p), 0, ev.line_no, seq, ev.kind, ev.text, ev.tool, ev.agent, ev.session,
+            # stored text is redacted (tailer policy), so compare with the redacted parse
+            text = redact(ev.text)[0] if ev.text else ev.text
+            keys.append((str(p), 0, ev.line_no, seq, ev.kind, text, ev.tool, ev.agent, ev.session,
                          int(ev.is_error)))
     return sorted(keys)
 
@@ -253,3 +256,34 @@ def test_watcher_marks_appended_and_new_files(home, tmp_path):
         assert str(p) in t.take_dirty()
     finally:
         w.stop()
+
+
+def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
+    """Transcripts carry whatever the agent saw; nothing secret may reach the store."""
+    import json as _json
+
+    from recalld import db as _db
+
+    src = TRANSCRIPTS / "spotter-short.jsonl"
+    lines = src.read_text().splitlines()
+    secret_key = "sk-ant-api03-" + "A" * 40
+    gh = "ghp_" + "b" * 36
+    rec = {"type": "user", "sessionId": "sec-1", "cwd": str(tmp_path), "uuid": "u-sec",
+           "timestamp": "2026-11-29T10:00:00Z",
+           "message": {"role": "user", "content": f"deploy with ANTHROPIC_API_KEY={secret_key} and token {gh}"}}
+    tool = {"type": "assistant", "sessionId": "sec-1", "cwd": str(tmp_path), "uuid": "a-sec",
+            "timestamp": "2026-11-29T10:00:01Z",
+            "message": {"id": "msg-sec", "role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_sec", "name": "Bash",
+                 "input": {"command": f"curl -H 'Authorization: Bearer {gh}' https://user:hunter2pass@example.com"}}]}}
+    root = tmp_path / "projects" / "-tmp-x"
+    root.mkdir(parents=True)
+    f = root / "sec-1.jsonl"
+    f.write_text("\n".join(lines[:3] + [_json.dumps(rec), _json.dumps(tool)]) + "\n")
+    conn = _db.connect()
+    t = tailer.Tailer(conn, [(tmp_path / "projects", "claude")])
+    t.rescan()
+    dump = "\n".join(str(tuple(r)) for r in conn.execute("SELECT * FROM transcript_events"))
+    assert "sec-1" in dump
+    for secret in (secret_key, gh, "hunter2pass"):
+        assert secret not in dump
