@@ -113,7 +113,7 @@ def f1(o: dict) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def compare(rows: list, k: int) -> dict:
+def compare(rows: list, m: int) -> dict:
     """Candidate-level AUC (evidence vs other candidates of answerable questions) and the best
     threshold by F1 for each scoring that was tried, on the same candidates."""
     scorers = {
@@ -130,7 +130,7 @@ def compare(rows: list, k: int) -> dict:
         values = sorted({round(f(c), 3) for r in rows for c in r["feats"]})
         best = None
         for t in values[:: max(1, len(values) // 300)]:
-            o = _outcomes_feats(rows, f, t)
+            o = _outcomes_feats(rows, f, t, m)
             if best is None or f1(o) > best[0]:
                 best = (f1(o), t, o)
         out[name] = {"candidate_auc": auc(pos, neg), "best_f1": round(best[0], 3) if best else None,
@@ -138,13 +138,19 @@ def compare(rows: list, k: int) -> dict:
     return out
 
 
-def _outcomes_feats(rows: list, f, t: float) -> dict:
+def _select(cands: list, t: float, m: int) -> list:
+    """judge.select on (dia, search, judge) triples: the best m at or above t."""
+    above = sorted((c for c in cands if c[2] is not None and c[2] >= t), key=lambda c: -c[2])
+    return [d for d, _, _ in above[:m]]
+
+
+def _outcomes_feats(rows: list, f, t: float, m: int) -> dict:
     by = []
     for r in rows:
         score = {c["dia"]: f(c) for c in r["feats"]}
         by.append({"category": r["category"], "evidence": r["evidence"],
                    "cands": [(d, s, score.get(d)) for d, s, _ in r["cands"]]})
-    return outcomes(by, lambda cands: [d for d, _, j in cands if j is not None and j >= t])
+    return outcomes(by, lambda cands: _select(cands, t, m))
 
 
 def calibrate(curve: dict) -> tuple:
@@ -194,13 +200,16 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
     conn.close()
     info["tmp"].cleanup()
 
-    def judged(t):
-        return lambda cands: [d for d, _, j in cands if j is not None and j >= t]
+    max_pass = int(cfg["judge"].get("max_pass", 1))
+
+    def judged(t, m=max_pass):
+        return lambda cands: _select(cands, t, m)
 
     curve = {f"{t:.2f}": outcomes(rows, judged(t)) for t in sorted(set(THRESHOLDS + [threshold]))}
+    curve_all = {f"{t:.2f}": outcomes(rows, judged(t, k)) for t in sorted(set(THRESHOLDS + [threshold]))}
     ans = [r for r in rows if r["category"] != 5]
     best_t, best_f1 = calibrate(curve)
-    extra = {"compare": compare(rows, k)} if compare_methods else {}
+    extra = {"compare": compare(rows, max_pass)} if compare_methods else {}
     return {
         "data": info["path"],
         "model": Path(choice.path).name,
@@ -220,7 +229,10 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "baseline_top1": outcomes(rows, lambda c: [d for d, _, _ in c[:1]]),
         f"baseline_top{k}": outcomes(rows, lambda c: [d for d, _, _ in c[:k]]),
         "baseline_floor": outcomes(rows, lambda c: [d for d, s, _ in c[:k] if s >= floor]),
+        "max_pass": max_pass,
         "curve": curve,
+        "curve_pass_all_above": curve_all,
+        "judge_rerank_top1": outcomes(rows, lambda c: _select(c, -math.inf, 1)),
         "judge_ms_per_candidate_p50": round(statistics.median(per_cand_ms), 1) if per_cand_ms else None,
         "judge_ms_per_need_p50": round(statistics.median(per_need_ms), 1) if per_need_ms else None,
         "judge_ms_per_need_p90": round(sorted(per_need_ms)[int(0.9 * (len(per_need_ms) - 1))], 1)
@@ -270,15 +282,18 @@ def main(argv=None) -> int:
     head = f"{'':24}{'evidence passed':>16}{'adv. silent':>12}{'precision':>10}{'prec. all':>10}{'inj/q':>7}"
     print(head)
     k = fig["max_candidates"]
-    for name, o in [(f"judge @ {fig['threshold']:g}", fig["judge"]), ("baseline top-1", fig["baseline_top1"]),
+    for name, o in [(f"judge @ {fig['threshold']:g}", fig["judge"]),
+                    ("judge re-rank, top-1", fig["judge_rerank_top1"]), ("baseline top-1", fig["baseline_top1"]),
                     (f"baseline top-{k}", fig[f"baseline_top{k}"]), ("baseline coverage floor", fig["baseline_floor"])]:
         print(f"{name:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
               f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
-    print("\ntrade-off across thresholds:")
-    print(head)
-    for t, o in fig["curve"].items():
-        print(f"{'judge @ ' + t:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
-              f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
+    for label, curve in ((f"max_pass {fig['max_pass']}", fig["curve"]),
+                         ("every candidate above the threshold", fig["curve_pass_all_above"])):
+        print(f"\ntrade-off across thresholds ({label}):")
+        print(head)
+        for t, o in curve.items():
+            print(f"{'judge @ ' + t:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
+                  f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
     print(f"\nthreshold with the best F1 of precision (all) and evidence passed on this run: "
           f"{fig['calibrated_threshold']:g} (F1 {fig['calibrated_f1']}); the default {fig['threshold']:g} "
           f"has F1 {fig['judge_f1']}")

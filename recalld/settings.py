@@ -25,8 +25,9 @@ DEFAULTS: dict = {
     "receipt_hash": False,
     # the background pass
     # judge.threshold: query-likelihood gain per need token (recalld.judge), calibrated for the
-    # embedded SmolLM2-135M on the LoCoMo dev split by benchmarks/bench_judge.py (docs/judge.md)
-    "judge": {"threshold": 1.6, "max_candidates": 5, "timeout_s": 20},
+    # embedded SmolLM2-135M on the LoCoMo dev split by benchmarks/bench_judge.py (docs/judge.md);
+    # max_pass: at most this many candidates pass per need (the best judged first)
+    "judge": {"threshold": 1.3, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
     "queue": {"expire_steps": 6, "expire_minutes": 30},
     "models": {"judge": None, "proposer": None},
     # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)

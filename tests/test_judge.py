@@ -71,7 +71,9 @@ def test_the_answer_outscores_the_near_miss(conn, stocked, rt):
         assert by_id[ids[answer]].judge_score > by_id[ids[miss]].judge_score, need
         best = max(res.candidates, key=lambda v: v.judge_score)
         assert best.memory_id == ids[answer]
-        assert res.passed == [v for v in res.candidates if v.judge_score >= res.threshold]
+        above = [v for v in res.candidates if v.judge_score >= res.threshold]
+        m = cfg["judge"]["max_pass"]
+        assert res.passed == sorted(above, key=lambda v: -v.judge_score)[:m]
 
 
 def test_scores_are_deterministic(conn, stocked, rt):
@@ -81,6 +83,20 @@ def test_scores_are_deterministic(conn, stocked, rt):
     rt.loglik("Note: something else entirely\nQuestion:", " Unrelated?")  # disturb the cache
     b = judge.judge_need(conn, need, sc, settings.load(), runtime=rt)
     assert [(v.memory_id, v.judge_score) for v in a.candidates] == [(v.memory_id, v.judge_score) for v in b.candidates]
+
+
+def test_only_the_best_above_the_threshold_passes(conn, stocked, rt):
+    sc, ids = stocked
+    need, answer, miss = PAIRS[0]
+    cfg = settings.load()
+    cfg["judge"]["threshold"] = -100.0  # everything is above it
+    res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
+    assert [v.memory_id for v in res.passed] == [ids[answer]]
+    cfg["judge"]["max_pass"] = 5
+    res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
+    assert len(res.passed) == len(res.candidates) and res.passed[0].memory_id == ids[answer]
+    cfg["judge"]["threshold"] = 100.0
+    assert judge.judge_need(conn, need, sc, cfg, runtime=rt).passed == []
 
 
 def test_no_model_means_nothing_passes_and_says_why(conn, stocked):
@@ -129,8 +145,9 @@ def test_cli_json_shape(home, project, stocked):
     assert out["threshold"] == settings.DEFAULTS["judge"]["threshold"]
     for c in out["candidates"]:
         assert set(c) >= {"memory_id", "text", "search_score", "judge_score", "passed"}
-        assert c["passed"] == (c["judge_score"] >= out["threshold"])
-    assert out["passed"] == [c["memory_id"] for c in out["candidates"] if c["passed"]]
+        assert not c["passed"] or c["judge_score"] >= out["threshold"]
+    best = max(out["candidates"], key=lambda c: c["judge_score"])
+    assert out["passed"] == ([best["memory_id"]] if best["judge_score"] >= out["threshold"] else [])
     assert any(c["text"] == answer for c in out["candidates"])
     r = run_recalld(["judge", need, "--cwd", str(project)], env={**env, "RECALLD_MODEL": "off"})
     assert r.returncode == 0 and b"judge unavailable: disabled by RECALLD_MODEL=off" in r.stdout

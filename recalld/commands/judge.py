@@ -14,8 +14,10 @@ def register(cli):
     @click.option("--threshold", type=float, default=None, help="Override settings judge.threshold for this run.")
     @click.option("--candidates", "max_candidates", type=click.IntRange(1, 50), default=None,
                   help="Override settings judge.max_candidates for this run.")
+    @click.option("--max-pass", type=click.IntRange(0, 50), default=None,
+                  help="Override settings judge.max_pass (how many may pass) for this run.")
     @click.option("--json", "as_json", is_flag=True)
-    def judge(need, cwd, threshold, max_candidates, as_json):
+    def judge(need, cwd, threshold, max_candidates, max_pass, as_json):
         """Search for NEED and let the local judge model decide which memories answer it."""
         from recalld import settings
         from recalld.cli import Fail, echo_json, open_db, resolve_scope
@@ -28,6 +30,8 @@ def register(cli):
             cfg["judge"]["threshold"] = threshold
         if max_candidates is not None:
             cfg["judge"]["max_candidates"] = max_candidates
+        if max_pass is not None:
+            cfg["judge"]["max_pass"] = max_pass
         conn = open_db()
         res = judge_need(conn, need, resolve_scope(cwd), cfg)
         if as_json:
@@ -36,14 +40,15 @@ def register(cli):
         if res.available:
             load = f", loaded in {res.load_ms:.0f} ms" if res.load_ms is not None else ""
             click.echo(f"judge: {res.model} ({res.method}{load}), threshold {res.threshold:g}, "
-                       f"model time {res.model_ms:.0f} ms")
+                       f"at most {cfg['judge'].get('max_pass', 1)} passes, model time {res.model_ms:.0f} ms")
         else:
             click.echo(f"judge unavailable: {res.error}")
         if not res.candidates:
             click.echo("no candidates: the search found no memory for this need")
         for v in res.candidates:
             js = "-" if v.judge_score is None else f"{v.judge_score:+.3f}"
-            verdict = "pass" if v.passed else ("unjudged" if v.judge_score is None else "fail")
+            verdict = ("pass" if v.passed else "unjudged" if v.judge_score is None
+                       else "outranked" if v.judge_score >= res.threshold else "fail")
             text = " ".join(v.text.split())
             click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  judge {js:>7}  {verdict:8} "
                        f"{text[:100]}{'...' if len(text) > 100 else ''}")
