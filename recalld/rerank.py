@@ -43,7 +43,10 @@ def rerank(runtime, query: str, hits: list, *, top: int = RERANK_TOP, search_wei
     head, tail = hits[:top], hits[top:]
     if not head:
         return []
-    scores = judge.score_texts(runtime, query, [h.text for h in head], deadline)
+    try:
+        scores = judge.score_texts(runtime, query, [h.text for h in head], deadline)
+    except llm.LLMTimeout:  # not even the no-memory baseline fitted: nothing scored
+        scores = [None] * len(head)
     scored, unscored = [], []
     for h, s in zip(head, scores):
         if s is None:
