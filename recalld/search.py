@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from recalld.scope import Scope
-from recalld.textproc import STOPWORDS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
+from recalld.textproc import STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
 
 MAX_QUERY_TERMS = 32
 CANDIDATES = 40
@@ -231,7 +231,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
     have_of = [set(r["terms"].split()) for r in rows]
-    mem_idf = _memory_idf(conn, stemmer, have_of, terms, n_docs) if MEMORY_SIDE else {}
+    mem_idf = _memory_idf(conn, have_of, terms, n_docs) if MEMORY_SIDE else {}
     hits = []
     for r, have in zip(rows, have_of):
         matched = [t for t in terms if t.in_(have)]
@@ -259,9 +259,9 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     return [h for h in hits if h.score >= floor][:limit]
 
 
-def _memory_idf(conn, stemmer, have_of: list, terms: list, n_docs: int) -> dict:
+def _memory_idf(conn, have_of: list, terms: list, n_docs: int) -> dict:
     """idf of every informative term the candidates hold (stopword stems weigh nothing)."""
-    stop = stop_stems(stemmer)
+    stop = STOP_STEMS
     known = {t.stem: t.idf for t in terms}
     for t in terms:
         for a in t.alts:
@@ -274,17 +274,6 @@ def _memory_idf(conn, stemmer, have_of: list, terms: list, n_docs: int) -> dict:
         for term, df in doc_freqs(conn, need[i:i + 500]).items():
             out[term] = _idf(n_docs, df)
     return out
-
-
-_STOP_STEMS: "frozenset | None" = None
-
-
-def stop_stems(stemmer: Stemmer) -> frozenset:
-    """The porter stems of the stopwords ("was" -> "wa"), computed once per process."""
-    global _STOP_STEMS
-    if _STOP_STEMS is None:
-        _STOP_STEMS = frozenset(s for s in stemmer.stem_each(sorted(STOPWORDS)) if s)
-    return _STOP_STEMS
 
 
 _SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")

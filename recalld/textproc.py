@@ -29,6 +29,25 @@ went gone goes saw seen sees knew knows known thought thinks told tells says mak
 )
 
 
+# The porter stems of STOPWORDS ("was" -> "wa"): a memory's terms are stems, and these weigh
+# nothing when the search measures how much of a memory a prompt mentions. Written out so the
+# hook does not stem 300 words on every run; tests/test_search.py checks it against the stemmer.
+STOP_STEMS = frozenset(
+    """
+a about abov after again against all also am an and ani anyth ar aren as at back be becaus been
+befor below between both but by can cannot could couldn did didn do doe doesn don down dure each
+els even ever everyth few for from further get go goe gone got ha had hadn hasn have haven he
+hei hello her here herself hi him himself how i if in into is isn it itself just knew know known
+let like ll look made make me might more most much must mustn my myself need no nor not now of
+off ok okai on onc onli or other ought our ourselv out over own pleas re realli right s sai said
+same saw see seen shall shan she should shouldn so some someth still such sure t tell than thank
+that the thei their them themselv then there these thi thing think those thought through to told
+too two under until up us ve veri via wa wai want wasn we well went were weren what when where
+which while who whom why will with won would wouldn ye yet you your yourself yourselv
+""".split()
+)
+
+
 # The forms of one verb, for verbs whose past forms the porter stemmer cannot join to the base
 # ("met" is not "meet", "broke" is not "break"). A query word in one group also matches the
 # group's other forms. Verbs that are stopwords (go, get, make, ...) are left out.

@@ -170,6 +170,12 @@ def test_term_stats_match_the_fts_vocabulary(conn, sc, ids):
     assert stats == vocab
 
 
+def test_stop_stems_are_the_stopwords_stemmed(conn):
+    from recalld.textproc import STOP_STEMS, STOPWORDS, Stemmer
+
+    assert STOP_STEMS == {s for s in Stemmer(conn).stem_each(sorted(STOPWORDS)) if s}
+
+
 def test_identifier_parts():
     assert identifier_parts("OperationalError in PaymentGatewayClient.refresh, HTTPServer ok") == [
         "Operational", "Error", "Payment", "Gateway", "Client", "HTTP", "Server"]
