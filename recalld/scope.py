@@ -6,15 +6,28 @@ Standard library only, no subprocess: it runs inside every hook.
 """
 
 import os
-from dataclasses import dataclass
 
 SCOPES = ("agent", "project", "shared")
 
 
-@dataclass(frozen=True)
 class Scope:
-    project: str  # the repository's main root, or the real cwd outside git
-    agent: str  # RECALLD_AGENT, else the subagent's type, else "main"
+    """Who is asking: the project and the agent identity. (Plain class: the hook imports it,
+    and `dataclasses` would cost every hook run an `inspect` import.)"""
+
+    __slots__ = ("project", "agent")
+
+    def __init__(self, project: str, agent: str):
+        self.project = project  # the repository's main root, or the real cwd outside git
+        self.agent = agent  # RECALLD_AGENT, else the subagent's type, else "main"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Scope) and (self.project, self.agent) == (other.project, other.agent)
+
+    def __hash__(self) -> int:
+        return hash((self.project, self.agent))
+
+    def __repr__(self) -> str:
+        return f"Scope(project={self.project!r}, agent={self.agent!r})"
 
     def where(self, alias: str = "") -> tuple[str, tuple]:
         """SQL filter for what this caller may read: its own agent notes, its project's
