@@ -23,23 +23,23 @@ SPAWN_GRACE_S = 20.0
 
 
 def daemon_dir():
-    return paths.home() / "daemon"
+    return os.path.join(paths.home(), "daemon")
 
 
 def lock_path():
-    return daemon_dir() / "daemon.lock"
+    return os.path.join(daemon_dir(), "daemon.lock")
 
 
 def pid_path():
-    return daemon_dir() / "daemon.pid"
+    return os.path.join(daemon_dir(), "daemon.pid")
 
 
 def status_path():
-    return daemon_dir() / "status.json"
+    return os.path.join(daemon_dir(), "status.json")
 
 
 def spawn_stamp_path():
-    return daemon_dir() / "autostart.stamp"
+    return os.path.join(daemon_dir(), "autostart.stamp")
 
 
 def running_pid() -> "int | None":
@@ -72,7 +72,7 @@ def _read_pid() -> "int | None":
 def spawn(extra_env: "dict | None" = None) -> int:
     """Start `python -m recalld daemon run` fully detached; returns its pid. Never waits."""
     d = daemon_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    os.makedirs(d, exist_ok=True)
     env = dict(os.environ)
     # Make this very package importable in the child even when it runs from a checkout.
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +105,7 @@ def maybe_start(cfg: "dict | None") -> str:
                 return "starting"
         except OSError:
             pass
-        stamp.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
         with open(stamp, "w", encoding="ascii") as f:
             f.write(str(time.time()))
         spawn()

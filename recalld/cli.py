@@ -7,6 +7,7 @@ scripts. Subcommands for the daemon, models, proposals, crystals, install and be
 
 import importlib
 import json
+import os
 import pkgutil
 import sqlite3
 import sys
@@ -174,7 +175,7 @@ def import_(file, cwd, as_json):
 def receipts_cmd(as_json, summary, session, hook, source, limit):
     """What every hook run and background pass did: delivered, cut, withheld, failed."""
     conn = None
-    if paths.db_path().exists():
+    if os.path.exists(paths.db_path()):
         try:
             conn = db.connect(readonly=True)
             conn.execute("SELECT 1 FROM receipts LIMIT 1")

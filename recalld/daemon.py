@@ -61,7 +61,7 @@ def on_turn_end(fn):
 
 
 def log_path() -> Path:
-    return paths.logs_dir() / "daemon.log"
+    return Path(paths.logs_dir()) / "daemon.log"
 
 
 class _JsonLog:
@@ -123,7 +123,7 @@ class InstanceLock:
     def acquire(self, wait_s: float = 2.0) -> bool:
         import fcntl
 
-        d = autostart.daemon_dir()
+        d = Path(autostart.daemon_dir())
         d.mkdir(parents=True, exist_ok=True)
         fd = os.open(str(autostart.lock_path()), os.O_RDWR | os.O_CREAT, 0o600)
         end = time.monotonic() + wait_s
@@ -138,7 +138,7 @@ class InstanceLock:
                     return False
                 time.sleep(0.05)
         self.fd = fd
-        tmp = autostart.pid_path().with_suffix(".tmp")
+        tmp = Path(autostart.pid_path()).with_suffix(".tmp")
         tmp.write_text(str(os.getpid()), encoding="ascii")
         os.replace(tmp, autostart.pid_path())
         return True
@@ -148,7 +148,7 @@ class InstanceLock:
             return
         try:
             if _read_int(autostart.pid_path()) == os.getpid():
-                autostart.pid_path().unlink()
+                Path(autostart.pid_path()).unlink()
         except OSError:
             pass
         os.close(self.fd)  # closing drops the flock
@@ -703,7 +703,7 @@ class Daemon:
         self._status_dirty = False
         self._status_written = time.monotonic()
         try:
-            p = autostart.status_path()
+            p = Path(autostart.status_path())
             p.parent.mkdir(parents=True, exist_ok=True)
             tmp = p.with_name(f"status.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(self.snapshot(running), indent=2, default=str), encoding="utf-8")
@@ -724,7 +724,7 @@ def status(conn: "sqlite3.Connection | None" = None, cfg: "dict | None" = None) 
     cfg = cfg if cfg is not None else settings.load()
     pid = autostart.running_pid()
     try:
-        snap = json.loads(autostart.status_path().read_text(encoding="utf-8"))
+        snap = json.loads(Path(autostart.status_path()).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         snap = {}
     running = pid is not None

@@ -6,7 +6,6 @@ disk; a busy timeout so concurrent writers wait instead of failing.
 
 import os
 import sqlite3
-from pathlib import Path
 
 from recalld import paths
 from recalld.migrations import MIGRATIONS
@@ -18,15 +17,15 @@ class StoreError(Exception):
     """A clear, one-line problem with the store (shown to the user as is)."""
 
 
-def connect(path: "Path | str | None" = None, *, busy_ms: int = 10_000, migrate: bool = True,
+def connect(path: "str | os.PathLike | None" = None, *, busy_ms: int = 10_000, migrate: bool = True,
             readonly: bool = False) -> sqlite3.Connection:
-    path = Path(path) if path else paths.db_path()
+    path = os.fspath(path) if path else paths.db_path()
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_ms / 1000,
                                isolation_level=None, check_same_thread=False)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=busy_ms / 1000, isolation_level=None,
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
                                check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
@@ -78,16 +77,3 @@ def _split(sql: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -81,7 +81,7 @@ def bare_python_ms() -> "float | None":
 
 
 def _ro_conn() -> "sqlite3.Connection | None":
-    if not paths.db_path().exists():
+    if not os.path.exists(paths.db_path()):
         return None
     try:
         from recalld import db
@@ -92,12 +92,12 @@ def _ro_conn() -> "sqlite3.Connection | None":
 
 
 def state() -> dict:
-    dbp = paths.db_path()
+    dbp = Path(paths.db_path())
     out = {"home": str(paths.home()), "db_path": str(dbp), "db_exists": dbp.exists(), "db_bytes": None,
            "wal_bytes": None, "schema_version": None, "expected_schema_version": None, "memories": None,
            "current_memories": None, "receipts": None, "fallback_receipts_path": str(paths.fallback_receipts_path()),
            "fallback_receipts": 0, "settings_path": str(paths.settings_path()),
-           "settings_exists": paths.settings_path().exists(), "install_log": str(install.log_path()),
+           "settings_exists": os.path.exists(paths.settings_path()), "install_log": str(install.log_path()),
            "error": None}
     try:
         from recalld.db import SCHEMA_VERSION
@@ -208,7 +208,7 @@ def daemon() -> dict:
         st = {"running": pid is not None, "pid": pid if pid and pid > 0 else None,
               "autostart": bool((settings.load().get("daemon") or {}).get("autostart"))}
         try:
-            st["last_status"] = json.loads(autostart.status_path().read_text(encoding="utf-8"))
+            st["last_status"] = json.loads(Path(autostart.status_path()).read_text(encoding="utf-8"))
         except (OSError, ValueError, AttributeError):
             st["last_status"] = None
         return {"available": True, "status": st}

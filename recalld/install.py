@@ -539,7 +539,7 @@ def merge_toml(path: Path, text: "str | None", prefix: list, force: bool) -> tup
 
 
 def install_dir() -> Path:
-    return paths.home() / "install"
+    return Path(paths.home()) / "install"
 
 
 def log_path() -> Path:

@@ -120,7 +120,7 @@ def repo_models_dir() -> Path:
 
 
 def home_models_dir() -> Path:
-    return paths.home() / "models"
+    return Path(paths.home()) / "models"
 
 
 def models_dirs() -> list:

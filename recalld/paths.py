@@ -1,32 +1,35 @@
-"""Where recalld keeps its state. Everything lives under RECALLD_HOME."""
+"""Where recalld keeps its state. Everything lives under RECALLD_HOME.
+
+Plain strings, not pathlib: the hook imports this on every prompt and tool call, and pathlib
+costs more to import than the hook's own search.
+"""
 
 import os
-from pathlib import Path
 
 
-def home() -> Path:
+def home() -> str:
     env = os.environ.get("RECALLD_HOME")
     if env:
-        return Path(env).expanduser()
+        return os.path.expanduser(env)
     xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(xdg) / "recalld"
+    return os.path.join(xdg, "recalld")
 
 
-def db_path() -> Path:
-    return home() / "recalld.db"
+def db_path() -> str:
+    return os.path.join(home(), "recalld.db")
 
 
-def fallback_receipts_path() -> Path:
-    return home() / "receipts-fallback.jsonl"
+def fallback_receipts_path() -> str:
+    return os.path.join(home(), "receipts-fallback.jsonl")
 
 
-def settings_path() -> Path:
-    return home() / "settings.json"
+def settings_path() -> str:
+    return os.path.join(home(), "settings.json")
 
 
-def logs_dir() -> Path:
-    return home() / "logs"
+def logs_dir() -> str:
+    return os.path.join(home(), "logs")
 
 
-def crystals_dir() -> Path:
-    return home() / "crystals"
+def crystals_dir() -> str:
+    return os.path.join(home(), "crystals")

@@ -59,8 +59,8 @@ def append_fallback(r: dict, reason: str = "") -> None:
     rec["detail"] = dict(rec.get("detail") or {}, fallback_reason=reason)
     line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str) + "\n").encode()
     path = paths.fallback_receipts_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
         os.fsync(fd)

@@ -73,9 +73,10 @@ def _merge(base: dict, over: dict) -> None:
 def save(values: dict) -> None:
     """Write the user's overrides (not the defaults) atomically."""
     path = paths.settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 

@@ -29,7 +29,7 @@ def _readonly_conn():
 
     from recalld import db
 
-    if not paths.db_path().exists():
+    if not os.path.exists(paths.db_path()):
         return None
     try:
         c = db.connect(readonly=True)
