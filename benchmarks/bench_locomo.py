@@ -27,6 +27,10 @@ def run(quick: bool = False, data=None) -> dict:
         "data": info["path"], "style": info["style"], "conversations": info["conversations"],
         "memories": info["memories"], "questions": info["questions"],
         "dropped_no_evidence": info["dropped_no_evidence"],
+        "side_by_side": {c: {"n": q["recalld"][c]["n"],
+                             "recalld hit@1": q["recalld"][c]["hit@1"], "bm25 hit@1": q["baseline"][c]["hit@1"],
+                             "recalld recall@5": q["recalld"][c]["recall@5"],
+                             "bm25 recall@5": q["baseline"][c]["recall@5"]} for c in CATS},
         "recalld": q["recalld"], "baseline": q["baseline"],
         **locomo.latency(asked),
     }

@@ -32,8 +32,10 @@ MAX_FUZZY = 3
 # Ranking = coverage + BM25_WEIGHT * (bm25 relative to the best candidate) + SUBJECT_WEIGHT
 # when the query names the memory's subject label. `score` (what the floor reads) is coverage.
 BM25_WEIGHT = 0.15
-# `score` is the larger of the query's share covered and the memory's share mentioned.
+# For a prompt of at least LONG_PROMPT_TERMS informative terms, `score` is the larger of the
+# prompt's share covered and the memory's share mentioned.
 MEMORY_SIDE = True
+LONG_PROMPT_TERMS = 10
 SUBJECT_WEIGHT = 0.2
 
 
@@ -231,16 +233,19 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
     have_of = [set(r["terms"].split()) for r in rows]
-    mem_idf = _memory_idf(conn, have_of, terms, n_docs) if MEMORY_SIDE else {}
+    long_prompt = MEMORY_SIDE and len(terms) >= LONG_PROMPT_TERMS
+    mem_idf = _memory_idf(conn, have_of, terms, n_docs) if long_prompt else {}
     hits = []
     for r, have in zip(rows, have_of):
         matched = [t for t in terms if t.in_(have)]
         got = sum(t.idf for t in matched)
         cover = got / total_idf
-        if mem_idf:
+        if mem_idf and len(matched) >= 2:
             # Long verbatim prompts (a traceback, a page of instructions) cover a small share
             # of themselves with any one memory; the share of the memory the prompt mentions
-            # says the same thing from the memory's side.
+            # says the same thing from the memory's side. Only for long prompts (a short
+            # memory sharing one word with a short question is not about it) and only when
+            # two or more of the memory's terms are mentioned.
             mass = sum(map(mem_idf.__getitem__, have))
             if mass > 0:
                 cover = max(cover, min(1.0, got / mass))
