@@ -16,6 +16,9 @@ from recalld.scope import Scope
 from recalld.textproc import STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
 
 MAX_QUERY_TERMS = 32
+# A pasted log can be megabytes; what decides recall is in its first pages.
+MAX_QUERY_CHARS = 20_000
+MAX_QUERY_WORDS = 400
 CANDIDATES = 40
 # The ranked MATCH reads the posting lists of the terms it ORs; their summed document
 # frequencies bound its cost. The rarest terms go in first; commoner ones still count toward
@@ -83,7 +86,8 @@ def _quote(s: str) -> str:
 def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = None,
             max_terms: int = MAX_QUERY_TERMS) -> tuple[list[QueryTerm], int]:
     """Informative query terms with their document frequencies, typos corrected."""
-    words = informative(tokens(text) + identifier_parts(text))
+    text = text[:MAX_QUERY_CHARS]
+    words = informative(tokens(text) + identifier_parts(text))[:MAX_QUERY_WORDS]
     if not words:
         return [], 0
     stemmer = stemmer or Stemmer(conn)
@@ -117,10 +121,12 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
             seen.add(alt[0])
             t.stem, t.df, t.fuzzy = alt[0], alt[1], True
             t.idf = _idf(n_docs, t.df)
-    # Long prompts: keep the most informative terms (absent terms count: they say the
-    # store does not know this).
+    # Long prompts: keep the most informative terms the store holds, and as many absent ones
+    # (those still count against coverage: they say the store does not know this). Ranking all
+    # of them by idf alone would keep only the absent ones, which have the highest idf.
     if len(terms) > max_terms:
-        terms = sorted(terms, key=lambda t: -t.idf)[:max_terms]
+        known = sorted((t for t in terms if t.df > 0), key=lambda t: -t.idf)[:max_terms]
+        terms = known + [t for t in terms if t.df == 0][:max_terms]
     return terms, n_docs
 
 

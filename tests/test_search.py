@@ -200,3 +200,28 @@ def _edits(a: str, b: str) -> int:
 @given(st.text("abcd", max_size=8), st.text("abcd", max_size=8), st.integers(0, 2))
 def test_within_edits_agrees_with_the_reference(a, b, k):
     assert within_edits(a, b, k) == (_edits(a, b) <= k)
+
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/worker/jobs.py", line 212, in run_batch
+    session.flush()
+  File "/usr/lib/python3/site-packages/sqlalchemy/orm/session.py", line 4154, in flush
+    self._flush(objects)
+sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked
+[SQL: UPDATE jobs SET state=? WHERE jobs.id = ?]
+(Background on this error at: https://sqlalche.me/e/20/e3q8)"""
+
+
+def test_long_verbatim_prompt_can_clear_the_floor(conn, sc, ids):
+    # A pasted traceback covers a small share of itself with any one memory; the share of the
+    # memory it mentions is what says they are about the same thing.
+    hits = search(conn, TRACEBACK, sc, limit=3, floor=FLOOR)
+    assert hits and "database is locked" in hits[0].text
+
+
+def test_one_shared_word_does_not_make_a_short_memory_match_a_long_prompt(conn, sc, ids):
+    store.remember(conn, "Use httpx.", sc, check_similar=False)
+    prompt = ("Please go through the whole onboarding flow, rewrite the welcome email template, make "
+              "the signup form validate postcodes, move the avatar upload to the new bucket, and switch "
+              "the one remaining webhook call to httpx while you are there.")
+    assert not [h for h in search(conn, prompt, sc, limit=10, floor=FLOOR) if h.text == "Use httpx."]
