@@ -10,7 +10,6 @@ floor, so an unrelated prompt injects nothing.
 import math
 import re
 import sqlite3
-from dataclasses import dataclass, field
 
 from recalld.scope import Scope
 from recalld.textproc import STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
@@ -42,20 +41,25 @@ LONG_PROMPT_TERMS = 10
 SUBJECT_WEIGHT = 0.2
 
 
-@dataclass
+# Plain classes: `dataclasses` imports `inspect`, the single most expensive import on the
+# hook's path, paid on every prompt.
+
+
 class Hit:
-    id: int
-    text: str
-    tell: "str | None"
-    kind: str
-    scope: str
-    project: str
-    agent: str
-    always: bool
-    created_at: str
-    score: float  # comparable across queries: weighted query-term coverage, 0..1
-    bm25: float  # FTS5 bm25 (lower is better); only comparable within one query
-    matched: list = field(default_factory=list)
+    __slots__ = ("id", "text", "tell", "kind", "scope", "project", "agent", "always", "created_at",
+                 "score", "bm25", "matched")
+
+    def __init__(self, id: int, text: str, tell: "str | None", kind: str, scope: str, project: str,
+                 agent: str, always: bool, created_at: str, score: float, bm25: float,
+                 matched: "list | None" = None):
+        self.id, self.text, self.tell, self.kind, self.scope = id, text, tell, kind, scope
+        self.project, self.agent, self.always, self.created_at = project, agent, always, created_at
+        self.score = score  # comparable across queries: weighted query-term coverage, 0..1
+        self.bm25 = bm25  # FTS5 bm25 (lower is better); only comparable within one query
+        self.matched = [] if matched is None else matched
+
+    def __repr__(self) -> str:
+        return f"Hit(m{self.id}, score={self.score:.3f})"
 
     def as_dict(self) -> dict:
         return {
@@ -66,14 +70,19 @@ class Hit:
         }
 
 
-@dataclass
 class QueryTerm:
-    word: str  # as typed
-    stem: str  # what the index holds (after fuzzy correction, if any)
-    df: int
-    idf: float
-    fuzzy: bool = False
-    alts: tuple = ()  # stems of the word's irregular forms ("met" for "meet"), matched alike
+    __slots__ = ("word", "stem", "df", "idf", "fuzzy", "alts")
+
+    def __init__(self, word: str, stem: str, df: int, idf: float, fuzzy: bool = False, alts: tuple = ()):
+        self.word = word  # as typed
+        self.stem = stem  # what the index holds (after fuzzy correction, if any)
+        self.df = df
+        self.idf = idf
+        self.fuzzy = fuzzy
+        self.alts = alts  # stems of the word's irregular forms ("met" for "meet"), matched alike
+
+    def __repr__(self) -> str:
+        return f"QueryTerm({self.word!r}->{self.stem!r}, df={self.df})"
 
     def in_(self, have) -> bool:
         return self.stem in have or any(a in have for a in self.alts)

@@ -255,3 +255,28 @@ def test_stdin_that_never_ends_is_cut_by_the_deadline(home, project):
         p.stdin.close()
     recs = receipts.read(db.connect())
     assert [(r["hook"], r["outcome"]) for r in recs] == [("commit", "timeout")]
+
+
+HEAVY = {"dataclasses", "inspect", "pathlib", "typing", "uuid", "threading", "hashlib", "asyncio",
+         "logging", "email", "urllib"}
+
+
+@pytest.mark.parametrize("event,data", [
+    ("prompt-submit", lambda cwd: claude_prompt(cwd)),
+    ("pre-tool", lambda cwd: {"session_id": "s", "cwd": str(cwd), "hook_event_name": "PreToolUse",
+                              "tool_name": "Bash", "tool_input": {"command": "git status"}}),
+])
+def test_hook_path_avoids_heavy_stdlib_modules(seeded, event, data):
+    """Every import on this path is paid on every prompt and tool call; these cost the most."""
+    code = (
+        "import sys, json\n"
+        "from recalld import hook\n"
+        f"out, r = hook.run([{event!r}], sys.stdin.buffer.read())\n"
+        "assert r['outcome'] in ('injected', 'nothing'), r\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-S", "-c", code], input=json.dumps(data(seeded["project"])).encode(),
+                       capture_output=True, env=env)
+    assert p.returncode == 0, p.stderr.decode()
+    assert HEAVY & set(json.loads(p.stdout)) == set()
