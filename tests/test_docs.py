@@ -1,0 +1,42 @@
+"""Docs are checked against the code: the command reference is generated, and every command
+and setting the README and docs name exists."""
+
+import re
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def test_cli_reference_is_current(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    from recalld import docgen
+
+    with open(docgen.target(), encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == docgen.render(), "docs/cli.md is stale: run `python3 -m recalld.docgen`"
+
+
+def _documented_commands():
+    text = (REPO / "README.md").read_text() + "".join(p.read_text() for p in (REPO / "docs").glob("*.md")
+                                                       if p.name != "cli.md")
+    return sorted(set(re.findall(r"`recalld ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)", text)))
+
+
+@pytest.mark.parametrize("words", _documented_commands())
+def test_every_documented_command_exists(words):
+    from click import Group
+
+    from recalld.cli import cli
+
+    cmd = cli
+    parts = words.split()
+    name = parts[0]
+    assert name in cli.commands, f"`recalld {words}` is documented but does not exist"
+    cmd = cli.commands[name]
+    if len(parts) > 1 and isinstance(cmd, Group):
+        sub = parts[1]
+        # the second word may be an argument (e.g. `recalld search sqlite`), only check real groups
+        if sub in cmd.commands or not cmd.commands:
+            return
+        assert sub in cmd.commands, f"`recalld {words}` is documented but `{sub}` is not a subcommand"
