@@ -146,13 +146,15 @@ def remember_in_transaction(conn: sqlite3.Connection, text: str, sc: Scope, *, s
     return WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids])
 
 
-def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None") -> tuple[str, str]:
+def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
+                 stemmer: "Stemmer | None" = None) -> tuple[str, str]:
     aux = aux_text(text + " " + (tell or ""))
-    terms = " ".join(sorted(Stemmer(conn).terms_of(" ".join([text, tell or "", aux]))))
+    terms = " ".join(sorted((stemmer or Stemmer(conn)).terms_of(" ".join([text, tell or "", aux]))))
     return aux, terms
 
 
-def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms) -> int:
+def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
+                   action: str = "created") -> int:
     """The rows of one write; the caller holds the transaction."""
     for oid in old_ids:
         old = get(conn, oid)
@@ -171,7 +173,7 @@ def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, 
         (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms))
     new_id = cur.lastrowid
     conn.execute("INSERT INTO memory_changes (time, memory_id, action, session) VALUES (?,?,?,?)",
-                 (now, new_id, "created", session))
+                 (now, new_id, action, session))
     for oid in old_ids:
         conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
                      (now, new_id, f"superseded by m{new_id}", oid))
@@ -257,32 +259,20 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
             sup = [parse_id(s) for s in (sup if isinstance(sup, list) else [sup])]
         except MemoryError_ as e:
             raise MemoryError_(f"line {n}: {e}")
-        parsed.append((obj, text, tell, sc, sup))
+        parsed.append((n, obj, text, tell, sc, sup))
     stemmer = Stemmer(conn)
-    rows = []
-    for obj, text, tell, sc, sup in parsed:
-        aux = aux_text(text + " " + (tell or ""))
-        rows.append((obj, text, tell, sc, sup, aux, " ".join(sorted(stemmer.terms_of(" ".join([text, tell or "", aux]))))))
+    rows = [(n, obj, text, tell, sc, sup, *_index_terms(conn, text, tell, stemmer))
+            for n, obj, text, tell, sc, sup in parsed]
     results = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        now = receipts.now_iso()
-        for obj, text, tell, sc, sup, aux, terms in rows:
-            cur = conn.execute(
-                """INSERT INTO memories (text, kind, scope, project, agent, tell, always, session, source,
-                                         created_at, valid_from, aux, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-                (text, obj.get("kind", "fact"), obj.get("scope", "project"), sc.project, sc.agent, tell,
-                 int(bool(obj.get("always"))), obj.get("session"), obj.get("source") or source, now, now, aux, terms))
-            nid = cur.lastrowid
-            conn.execute("INSERT INTO memory_changes (time, memory_id, action) VALUES (?,?,?)", (now, nid, "imported"))
-            for oid in sup:
-                old = get(conn, oid)
-                if old is None or not visible(old, sc) or old["invalid_at"] is not None:
-                    raise MemoryError_(f"m{oid} cannot be superseded (missing, out of scope or already invalid)")
-                conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
-                             (now, nid, f"superseded by m{nid}", oid))
-                conn.execute("INSERT INTO memory_changes (time, memory_id, action, other_id) VALUES (?,?,?,?)",
-                             (now, oid, "superseded", nid))
+        for n, obj, text, tell, sc, sup, aux, terms in rows:
+            try:
+                nid = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
+                                     obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
+                                     aux, terms, action="imported")
+            except MemoryError_ as e:
+                raise MemoryError_(f"line {n}: {e}") from None
             results.append((nid, sup))
         conn.execute("COMMIT")
     except BaseException:

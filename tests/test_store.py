@@ -110,3 +110,12 @@ def test_import_is_all_or_nothing(conn, sc, tmp_path):
     with pytest.raises(store.MemoryError_, match="line 1: not JSON"):
         store.import_jsonl(conn, ["{nope"], sc)
     assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before
+
+
+def test_import_supersedes_and_names_the_failing_line(conn, sc):
+    a = store.remember(conn, "old import target", sc, check_similar=False).memory
+    res = store.import_jsonl(conn, [f'{{"text": "new import target", "supersedes": [{a["id"]}]}}'], sc)
+    assert res[0].superseded[0]["superseded_by"] == res[0].memory["id"]
+    with pytest.raises(store.MemoryError_, match="line 3: m.* already invalid"):
+        store.import_jsonl(conn, ['{"text": "fine"}', "", f'{{"text": "again", "supersedes": [{a["id"]}]}}'], sc)
+    assert [c["action"] for c in store.history(conn, a["id"])[1]["changes"]] == ["imported"]
