@@ -51,8 +51,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = schema_version(conn)
-        # Sorted: parallel work may append numbers out of order in the list.
-        for number, _name, sql in sorted(MIGRATIONS, key=lambda m: m[0]):
+        for number, _name, sql in MIGRATIONS:
             if number <= current:
                 continue
             for statement in _split(sql):

@@ -138,6 +138,71 @@ CREATE TRIGGER served_append_only_d BEFORE DELETE ON served BEGIN SELECT RAISE(A
 """,
     ),
     (
+        2,
+        "daemon: transcript tail offsets, normalized transcript events, daemon events (needs, turn ends, lifecycle)",
+        """
+-- Where the tailer is in each transcript, as append-only events: the latest row per path is
+-- the resume point. `generation` counts restarts of the file (truncation, replacement), so
+-- (source, generation, line_no) names one line for ever.
+CREATE TABLE tail_offsets (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    path TEXT NOT NULL,
+    dev INTEGER,
+    inode INTEGER,
+    size INTEGER NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,
+    offset INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    malformed INTEGER NOT NULL DEFAULT 0,
+    events INTEGER NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL CHECK (reason IN ('read', 'start', 'truncated', 'replaced', 'skipped'))
+);
+CREATE INDEX tail_offsets_path ON tail_offsets(path, id);
+
+-- Every normalized transcript event, stored once (the offset row and its events commit together).
+CREATE TABLE transcript_events (
+    id INTEGER PRIMARY KEY,
+    ingested_at TEXT NOT NULL,
+    time TEXT,
+    session TEXT NOT NULL,
+    cwd TEXT,
+    project TEXT,
+    agent TEXT NOT NULL,
+    role TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('prompt','text','reasoning','tool_call','tool_result','turn_end')),
+    text TEXT NOT NULL DEFAULT '',
+    tool TEXT,
+    tool_input TEXT,
+    is_error INTEGER NOT NULL DEFAULT 0,
+    uuid TEXT,
+    source TEXT NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,
+    line_no INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    UNIQUE (source, generation, line_no, seq)
+);
+CREATE INDEX transcript_events_session ON transcript_events(session, id);
+
+-- What the daemon decided and when: needs detected, turn ends dispatched, starts and stops.
+CREATE TABLE daemon_events (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    session TEXT,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX daemon_events_kind ON daemon_events(kind, id);
+
+CREATE TRIGGER tail_offsets_append_only_u BEFORE UPDATE ON tail_offsets BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER tail_offsets_append_only_d BEFORE DELETE ON tail_offsets BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER transcript_events_append_only_u BEFORE UPDATE ON transcript_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER transcript_events_append_only_d BEFORE DELETE ON transcript_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER daemon_events_append_only_u BEFORE UPDATE ON daemon_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER daemon_events_append_only_d BEFORE DELETE ON daemon_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+""",
+    ),
+    (
         3,
         "capture: proposals, their append-only state transitions, turn boundaries, proposer passes",
         """
@@ -236,72 +301,7 @@ CREATE TRIGGER proposal_events_append_only_d BEFORE DELETE ON proposal_events BE
 """,
     ),
     (
-        2,
-        "daemon: transcript tail offsets, normalized transcript events, daemon events (needs, turn ends, lifecycle)",
-        """
--- Where the tailer is in each transcript, as append-only events: the latest row per path is
--- the resume point. `generation` counts restarts of the file (truncation, replacement), so
--- (source, generation, line_no) names one line for ever.
-CREATE TABLE tail_offsets (
-    id INTEGER PRIMARY KEY,
-    time TEXT NOT NULL,
-    path TEXT NOT NULL,
-    dev INTEGER,
-    inode INTEGER,
-    size INTEGER NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0,
-    offset INTEGER NOT NULL,
-    lines INTEGER NOT NULL,
-    malformed INTEGER NOT NULL DEFAULT 0,
-    events INTEGER NOT NULL DEFAULT 0,
-    reason TEXT NOT NULL CHECK (reason IN ('read', 'start', 'truncated', 'replaced', 'skipped'))
-);
-CREATE INDEX tail_offsets_path ON tail_offsets(path, id);
-
--- Every normalized transcript event, stored once (the offset row and its events commit together).
-CREATE TABLE transcript_events (
-    id INTEGER PRIMARY KEY,
-    ingested_at TEXT NOT NULL,
-    time TEXT,
-    session TEXT NOT NULL,
-    cwd TEXT,
-    project TEXT,
-    agent TEXT NOT NULL,
-    role TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('prompt','text','reasoning','tool_call','tool_result','turn_end')),
-    text TEXT NOT NULL DEFAULT '',
-    tool TEXT,
-    tool_input TEXT,
-    is_error INTEGER NOT NULL DEFAULT 0,
-    uuid TEXT,
-    source TEXT NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0,
-    line_no INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    UNIQUE (source, generation, line_no, seq)
-);
-CREATE INDEX transcript_events_session ON transcript_events(session, id);
-
--- What the daemon decided and when: needs detected, turn ends dispatched, starts and stops.
-CREATE TABLE daemon_events (
-    id INTEGER PRIMARY KEY,
-    time TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    session TEXT,
-    detail TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX daemon_events_kind ON daemon_events(kind, id);
-
-CREATE TRIGGER tail_offsets_append_only_u BEFORE UPDATE ON tail_offsets BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-CREATE TRIGGER tail_offsets_append_only_d BEFORE DELETE ON tail_offsets BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-CREATE TRIGGER transcript_events_append_only_u BEFORE UPDATE ON transcript_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-CREATE TRIGGER transcript_events_append_only_d BEFORE DELETE ON transcript_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-CREATE TRIGGER daemon_events_append_only_u BEFORE UPDATE ON daemon_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-CREATE TRIGGER daemon_events_append_only_d BEFORE DELETE ON daemon_events BEGIN SELECT RAISE(ABORT, 'append-only'); END;
-""",
-    ),
-    (
-        6,
+        4,
         "search: per-term document frequencies, kept by a trigger (fts5vocab reads whole posting lists)",
         """
 -- How many memories hold each stemmed term. The pre-step reads it on every prompt: fts5vocab

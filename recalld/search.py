@@ -140,7 +140,7 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
 
 
 def doc_freqs(conn: sqlite3.Connection, stems: list) -> dict:
-    """{stem: number of memories holding it}. term_stats (migration 6) is an index lookup;
+    """{stem: number of memories holding it}. term_stats (migration 4) is an index lookup;
     fts5vocab, the fallback for a store not yet migrated, walks each term's posting list."""
     marks = ",".join("?" * len(stems))
     try:
