@@ -91,6 +91,9 @@ def _pct(xs: list, q: float) -> float:
 
 
 def run(quick: bool = False) -> dict:
+    from recalld.install import ensure_bytecode
+
+    ensure_bytecode()  # as installed (see bench_core): the hook loads .pyc, not source
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-crystals-"))
     saved = os.environ.get("RECALLD_HOME")
     try:

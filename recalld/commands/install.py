@@ -94,8 +94,9 @@ def _agent_install_command(agent: str):
         autostart = None
         if daemon and not dry_run:
             autostart = _set_autostart()
+        bytecode = None if dry_run else install.ensure_bytecode()
         if as_json:
-            echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart))
+            echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart, bytecode=bytecode))
             return
         _print_plan(plan, records, dry_run, show_diff=dry_run)
         if autostart:
@@ -163,6 +164,8 @@ def register(cli):
         try:
             plan = lib.plan_git_hook_install(cwd, command)
             records = [] if dry_run else lib.apply(plan)
+            if not dry_run:
+                lib.ensure_bytecode()
         except (lib.InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
