@@ -53,11 +53,11 @@ _PATTERNS: list = [
         r"[A-Z0-9_]*=)" + _NOT_REDACTED + r"([^\s\"']+)"), r"\1[REDACTED:env-secret]"),
     # password = "...", "api_key": "...", token: ..., --password ...
     ("assignment", re.compile(
-        r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"(?i)((?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*)"
         r"([\"'])" + _NOT_REDACTED + r"([^\"'\n]{4,})\2"), r"\1\2[REDACTED:assignment]\2"),
     ("assignment", re.compile(
-        r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"(?i)((?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*[\"']?)"
         + _NOT_REDACTED + r"([^\s\"',;}{)(]{4,})"), r"\1[REDACTED:assignment]"),
     ("cli-secret", re.compile(r"(?i)(--(?:password|passwd|token|api-key|secret|client-secret)[= ])"
@@ -65,12 +65,28 @@ _PATTERNS: list = [
 ]
 
 
+# A pattern is tried only when the text holds one of its cues (lower-cased substrings): most
+# text holds none, and the daemon redacts every transcript line it stores.
+_CUES = {
+    "private-key": ("private key",), "anthropic-key": ("sk-ant-",), "openai-key": ("sk-",),
+    "stripe-key": ("_live_", "_test_"), "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "aws-access-key": ("akia", "asia", "abia", "acca"), "slack-token": ("xox",), "slack-webhook": ("hooks.slack.com",),
+    "google-api-key": ("aiza",), "jwt": ("eyj",), "url-password": ("://",), "bearer": ("bearer", "authorization"),
+    "env-secret": ("key", "token", "secret", "pass", "pwd", "credential", "auth"),
+    "assignment": ("pass", "pwd", "secret", "token", "key", "credential"),
+    "cli-secret": ("--pass", "--token", "--api-key", "--secret", "--client-secret"),
+}
+
+
 def redact(text: str) -> tuple[str, Counter]:
     """(text with every secret replaced, count per kind)."""
     counts: Counter = Counter()
     if not text:
         return text or "", counts
+    low = text.lower()
     for kind, pattern, repl in _PATTERNS:
+        if not any(c in low for c in _CUES[kind]):
+            continue
         if repl is None:
             repl = PLACEHOLDER.format(kind)
 
