@@ -77,15 +77,24 @@ _CUES = {
     "cli-secret": ("--pass", "--token", "--api-key", "--secret", "--client-secret"),
 }
 
+# One scan finds which cues a text holds. The scan does not overlap, so a found cue also
+# stands for the cues inside it ("--pass" holds "pass").
+_ALL_CUES = sorted({c for cs in _CUES.values() for c in cs}, key=len, reverse=True)
+_CUE_RE = re.compile("|".join(re.escape(c) for c in _ALL_CUES))
+_INNER = {c: {d for d in _ALL_CUES if d in c} for c in _ALL_CUES}
+
 
 def redact(text: str) -> tuple[str, Counter]:
     """(text with every secret replaced, count per kind)."""
     counts: Counter = Counter()
     if not text:
         return text or "", counts
-    low = text.lower()
+    found = set(_CUE_RE.findall(text.lower()))
+    if not found:
+        return text, counts
+    present = set().union(*(_INNER[c] for c in found))
     for kind, pattern, repl in _PATTERNS:
-        if not any(c in low for c in _CUES[kind]):
+        if present.isdisjoint(_CUES[kind]):
             continue
         if repl is None:
             repl = PLACEHOLDER.format(kind)
