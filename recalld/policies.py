@@ -51,13 +51,15 @@ _PATTERNS: list = [
     ("env-secret", re.compile(
         r"((?<![\w.\-])[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH)"
         r"[A-Z0-9_]*=)" + _NOT_REDACTED + r"([^\s\"']+)"), r"\1[REDACTED:env-secret]"),
-    # password = "...", "api_key": "...", token: ..., --password ...
+    # password = "...", "api_key": "...", token: ..., --password ... The match starts at the
+    # keyword (db_password's "db_" stays outside it and untouched): matching the identifier's
+    # head too made these two patterns most of the daemon's tailing time.
     ("assignment", re.compile(
-        r"(?i)((?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*)"
         r"([\"'])" + _NOT_REDACTED + r"([^\"'\n]{4,})\2"), r"\1\2[REDACTED:assignment]\2"),
     ("assignment", re.compile(
-        r"(?i)((?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
+        r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*[\"']?)"
         + _NOT_REDACTED + r"([^\s\"',;}{)(]{4,})"), r"\1[REDACTED:assignment]"),
     ("cli-secret", re.compile(r"(?i)(--(?:password|passwd|token|api-key|secret|client-secret)[= ])"
@@ -82,6 +84,12 @@ _CUES = {
 _ALL_CUES = sorted({c for cs in _CUES.values() for c in cs}, key=len, reverse=True)
 _CUE_RE = re.compile("|".join(re.escape(c) for c in _ALL_CUES))
 _INNER = {c: {d for d in _ALL_CUES if d in c} for c in _ALL_CUES}
+# The generic shapes are the costly ones and their cue words are everywhere in code, so they
+# also need the shape itself: a cue word ending a name, then `=` or `:` (checked lower-cased).
+_GATES = {
+    "assignment": re.compile(r"(?:pass|pwd|secret|token|key|credential)[a-z0-9_]*[\"']?\s*(?:[:=]|=>)"),
+    "env-secret": re.compile(r"(?:key|token|secret|pass|pwd|credential|auth)[a-z0-9_]*\s*="),
+}
 
 
 def redact(text: str) -> tuple[str, Counter]:
@@ -89,12 +97,14 @@ def redact(text: str) -> tuple[str, Counter]:
     counts: Counter = Counter()
     if not text:
         return text or "", counts
-    found = set(_CUE_RE.findall(text.lower()))
+    low = text.lower()
+    found = set(_CUE_RE.findall(low))
     if not found:
         return text, counts
     present = set().union(*(_INNER[c] for c in found))
+    gated = {kind for kind, gate in _GATES.items() if not present.isdisjoint(_CUES[kind]) and gate.search(low)}
     for kind, pattern, repl in _PATTERNS:
-        if present.isdisjoint(_CUES[kind]):
+        if present.isdisjoint(_CUES[kind]) or (kind in _GATES and kind not in gated):
             continue
         if repl is None:
             repl = PLACEHOLDER.format(kind)
