@@ -79,11 +79,7 @@ _CUES = {
     "cli-secret": ("--pass", "--token", "--api-key", "--secret", "--client-secret"),
 }
 
-# One scan finds which cues a text holds. The scan does not overlap, so a found cue also
-# stands for the cues inside it ("--pass" holds "pass").
-_ALL_CUES = sorted({c for cs in _CUES.values() for c in cs}, key=len, reverse=True)
-_CUE_RE = re.compile("|".join(re.escape(c) for c in _ALL_CUES))
-_INNER = {c: {d for d in _ALL_CUES if d in c} for c in _ALL_CUES}
+_ALL_CUES = tuple(sorted({c for cs in _CUES.values() for c in cs}))
 # The generic shapes are the costly ones and their cue words are everywhere in code, so they
 # also need the shape itself: a cue word ending a name, then `=` or `:` (checked lower-cased).
 _GATES = {
@@ -98,10 +94,10 @@ def redact(text: str) -> tuple[str, Counter]:
     if not text:
         return text or "", counts
     low = text.lower()
-    found = set(_CUE_RE.findall(low))
-    if not found:
+    # substring tests are C-speed; one regex alternation of all cues measured 3x slower
+    present = {c for c in _ALL_CUES if c in low}
+    if not present:
         return text, counts
-    present = set().union(*(_INNER[c] for c in found))
     gated = {kind for kind, gate in _GATES.items() if not present.isdisjoint(_CUES[kind]) and gate.search(low)}
     for kind, pattern, repl in _PATTERNS:
         if present.isdisjoint(_CUES[kind]) or (kind in _GATES and kind not in gated):

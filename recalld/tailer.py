@@ -273,11 +273,12 @@ class Tailer:
                 ev.text = redact(ev.text)[0] if ev.text else ev.text
                 tool_input = None
                 if ev.tool_input is not None:
-                    tool_input = redact(json.dumps(ev.tool_input, ensure_ascii=False, default=str))[0]
-                    try:
-                        ev.tool_input = json.loads(tool_input)
-                    except ValueError:
-                        ev.tool_input = {"redacted": tool_input}
+                    tool_input, found = redact(json.dumps(ev.tool_input, ensure_ascii=False, default=str))
+                    if found:
+                        try:
+                            ev.tool_input = json.loads(tool_input)
+                        except ValueError:
+                            ev.tool_input = {"redacted": tool_input}
                 events.append(ev)
                 rows.append((now, ev.time, ev.session, ev.cwd, ev.project, ev.agent, ev.role, ev.kind,
                              ev.text, ev.tool, tool_input,
