@@ -1,122 +1,23 @@
 """What a draft must pass before it may be stored as a proposal.
 
-Two jobs. Redaction: secrets (provider keys and tokens, private keys, passwords in URLs and
-assignments, bearer headers, `.env` lines) are replaced by `[REDACTED:kind]` before text goes
-to the model, into a draft, into the store, a log or a receipt. Screening: narration and
+Two jobs. Redaction (recalld/redact.py, re-exported here): secrets are replaced by
+`[REDACTED:kind]` before text goes to the model, into a draft, into the store, a log or a
+receipt. Screening: narration and
 progress reports, drafts that are too short or too long, degenerate repetition, drafts not
 grounded in what the model read (numbers it never saw, words the window does not contain),
 duplicates of a current memory or a pending proposal, and low-confidence drafts are rejected,
 each counted by reason.
 
-Standard library only at module level: the stop hook redacts the agent's last message with
-`redact` on the hot path. rapidfuzz is imported where duplicates are checked.
+rapidfuzz is imported where duplicates are checked.
 """
 
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from recalld.redact import PLACEHOLDER, has_secret, redact  # noqa: F401  (re-exported)
+
 KINDS = ("decision", "constraint", "fact", "procedure", "preference")
-PLACEHOLDER = "[REDACTED:{}]"
-_NOT_REDACTED = r"(?!\[REDACTED)"
-
-# (kind, pattern, replacement). Order matters: specific provider formats first, then the
-# generic shapes (assignments, headers) that would otherwise swallow them under a vaguer name.
-_PATTERNS: list = [
-    ("private-key", re.compile(
-        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
-        r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), None),
-    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{10,}"), None),
-    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9][A-Za-z0-9_\-]{19,}"), None),
-    ("stripe-key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,}"), None),
-    ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"), None),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), None),
-    ("slack-token", re.compile(r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"), None),
-    ("slack-webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"), None),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35,}"), None),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"), None),
-    # scheme://user:password@host -> keep the user and host, drop the password
-    ("url-password", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+):" + _NOT_REDACTED
-                                + r"([^\s@/\"'<>]+)@"), r"\1:[REDACTED:url-password]@"),
-    ("bearer", re.compile(r"(?i)\b((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?"
-                          r"(?:bearer|basic|token|bot)\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{6,}"),
-     r"\1[REDACTED:bearer]"),
-    ("bearer", re.compile(r"(?i)\b(bearer\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/\-]{12,}=*"),
-     r"\1[REDACTED:bearer]"),
-    # .env-style lines: KEY=VALUE where the name says secret
-    ("env-secret", re.compile(
-        r"(?m)^(\s*(?:export\s+)?[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|"
-        r"CREDENTIALS?|AUTH)[A-Z0-9_]*\s*=\s*)" + _NOT_REDACTED + r"(\S.*)$"), r"\1[REDACTED:env-secret]"),
-    # the same name inline (a sentence, a squashed line): the value runs to the next space
-    ("env-secret", re.compile(
-        r"((?<![\w.\-])[A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH)"
-        r"[A-Z0-9_]*=)" + _NOT_REDACTED + r"([^\s\"']+)"), r"\1[REDACTED:env-secret]"),
-    # password = "...", "api_key": "...", token: ..., --password ... The match starts at the
-    # keyword (db_password's "db_" stays outside it and untouched): matching the identifier's
-    # head too made these two patterns most of the daemon's tailing time.
-    ("assignment", re.compile(
-        r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
-        r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*)"
-        r"([\"'])" + _NOT_REDACTED + r"([^\"'\n]{4,})\2"), r"\1\2[REDACTED:assignment]\2"),
-    ("assignment", re.compile(
-        r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
-        r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)[\"']?\s*(?:[:=]|=>)\s*[\"']?)"
-        + _NOT_REDACTED + r"([^\s\"',;}{)(]{4,})"), r"\1[REDACTED:assignment]"),
-    ("cli-secret", re.compile(r"(?i)(--(?:password|passwd|token|api-key|secret|client-secret)[= ])"
-                              + _NOT_REDACTED + r"(\S{4,})"), r"\1[REDACTED:cli-secret]"),
-]
-
-
-# A pattern is tried only when the text holds one of its cues (lower-cased substrings): most
-# text holds none, and the daemon redacts every transcript line it stores.
-_CUES = {
-    "private-key": ("private key",), "anthropic-key": ("sk-ant-",), "openai-key": ("sk-",),
-    "stripe-key": ("_live_", "_test_"), "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "aws-access-key": ("akia", "asia", "abia", "acca"), "slack-token": ("xox",), "slack-webhook": ("hooks.slack.com",),
-    "google-api-key": ("aiza",), "jwt": ("eyj",), "url-password": ("://",), "bearer": ("bearer", "authorization"),
-    "env-secret": ("key", "token", "secret", "pass", "pwd", "credential", "auth"),
-    "assignment": ("pass", "pwd", "secret", "token", "key", "credential"),
-    "cli-secret": ("--pass", "--token", "--api-key", "--secret", "--client-secret"),
-}
-
-_ALL_CUES = tuple(sorted({c for cs in _CUES.values() for c in cs}))
-# The generic shapes are the costly ones and their cue words are everywhere in code, so they
-# also need the shape itself: a cue word ending a name, then `=` or `:` (checked lower-cased).
-_GATES = {
-    "assignment": re.compile(r"(?:pass|pwd|secret|token|key|credential)[a-z0-9_]*[\"']?\s*(?:[:=]|=>)"),
-    "env-secret": re.compile(r"(?:key|token|secret|pass|pwd|credential|auth)[a-z0-9_]*\s*="),
-}
-
-
-def redact(text: str) -> tuple[str, Counter]:
-    """(text with every secret replaced, count per kind)."""
-    counts: Counter = Counter()
-    if not text:
-        return text or "", counts
-    low = text.lower()
-    # substring tests are C-speed; one regex alternation of all cues measured 3x slower
-    present = {c for c in _ALL_CUES if c in low}
-    if not present:
-        return text, counts
-    gated = {kind for kind, gate in _GATES.items() if not present.isdisjoint(_CUES[kind]) and gate.search(low)}
-    for kind, pattern, repl in _PATTERNS:
-        if present.isdisjoint(_CUES[kind]) or (kind in _GATES and kind not in gated):
-            continue
-        if repl is None:
-            repl = PLACEHOLDER.format(kind)
-
-        def _sub(m, _repl=repl, _kind=kind):
-            counts[_kind] += 1
-            return m.expand(_repl)
-
-        text = pattern.sub(_sub, text)
-    return text, counts
-
-
-def has_secret(text: str) -> bool:
-    return bool(redact(text)[1])
-
-
 # --- screening -----------------------------------------------------------------------------
 
 # Narration and progress: what the agent did, is doing or will do, not what is true.

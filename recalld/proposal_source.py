@@ -117,10 +117,10 @@ def _item(key: str, batch: list) -> "pack.Item":
 
 
 def _queue_boundary(ctx) -> None:
-    from recalld import policies  # regexes compiled only on stop, not on every prompt
+    from recalld import redact  # regexes compiled only on stop, not on every prompt
 
     hi = ctx.hi
-    text, found = policies.redact(hi.text or "")
+    text, found = redact.redact(hi.text or "")
     if len(text) > BOUNDARY_TEXT_CHARS:
         # The end of the last message is where the agent concludes.
         text = "…" + text[-(BOUNDARY_TEXT_CHARS - 1):]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recalld import receipts, transcripts
-from recalld.policies import redact
+from recalld.redact import redact
 
 READ_CHUNK = 8 * 1024 * 1024
 WRITE_EVENTS = {"modified", "created", "moved", "closed"}  # watchdog event types that mean new bytes

@@ -265,6 +265,8 @@ HEAVY = {"dataclasses", "inspect", "pathlib", "typing", "uuid", "threading", "ha
     ("prompt-submit", lambda cwd: claude_prompt(cwd)),
     ("pre-tool", lambda cwd: {"session_id": "s", "cwd": str(cwd), "hook_event_name": "PreToolUse",
                               "tool_name": "Bash", "tool_input": {"command": "git status"}}),
+    ("stop", lambda cwd: {"session_id": "s", "cwd": str(cwd), "hook_event_name": "Stop",
+                          "stop_hook_active": False, "last_assistant_message": "Fixed: token=abc123456 rotated."}),
 ])
 def test_hook_path_avoids_heavy_stdlib_modules(seeded, event, data):
     """Every import on this path is paid on every prompt and tool call; these cost the most."""

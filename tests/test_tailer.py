@@ -12,7 +12,7 @@ import pytest
 from conftest import TRANSCRIPTS
 from recalld import db, tailer
 from recalld import transcripts as T
-from recalld.policies import redact
+from recalld.redact import redact
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
 
