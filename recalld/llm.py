@@ -128,11 +128,13 @@ def models_dirs() -> list:
 
 
 def manifest_path() -> Path:
-    return repo_models_dir() / "manifest.json"
+    # Inside the package so a non-editable install has it; models/manifest.json in a checkout
+    # is a symlink to this file.
+    return Path(__file__).resolve().parent / "models_manifest.json"
 
 
 def read_manifest(path=None) -> list:
-    """The models/manifest.json entries (name, file, url, sha256, size, roles), or []."""
+    """The model manifest entries (name, file, url, sha256, size, roles), or []."""
     try:
         with open(path or manifest_path(), encoding="utf-8") as f:
             data = json.load(f)
