@@ -188,7 +188,7 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     except (TypeError, ValueError):
         deadline_ms = int(cfg["deadline_ms"])
     end = t0 + deadline_ms / 1000
-    conn = None
+    opened: list = []  # _work appends the store connection once it has one
     out = ""
     after: list = []
     old_handler = None
@@ -202,28 +202,25 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
                 use_alarm = False
         try:
             data = stdin() if callable(stdin) else stdin
-            out, after = _work(event, agent, data, cfg, r, end)
-            conn = r.pop("_conn", None)
+            out, after = _work(event, agent, data, cfg, r, end, opened)
         finally:
             if use_alarm:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, old_handler)
     except Deadline:
-        conn = r.pop("_conn", None)
         r["outcome"], r["error"], out, after = "timeout", "deadline", "", []
         _reset_delivery(r)
     except sqlite3.OperationalError as e:
-        conn = r.pop("_conn", None)
         timed_out = time.perf_counter() >= end or "interrupt" in str(e)
         r["outcome"] = "timeout" if timed_out else "error"
         r["error"] = "deadline" if timed_out else _code(e)
         out, after = "", []
         _reset_delivery(r)
     except Exception as e:  # fail open: nothing added, the failure written down
-        conn = r.pop("_conn", None)
         r["outcome"], r["error"], out, after = "error", _code(e), "", []
         _reset_delivery(r)
     r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    conn = opened[0] if opened else None
     if conn is None and r["outcome"] != "timeout":
         # Runs that stopped before opening the store (bad input, unknown event) still
         # belong in it, so `recalld receipts` shows them beside the rest.
@@ -259,7 +256,7 @@ def _code(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
-def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[str, list]:
+def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: list) -> tuple[str, list]:
     if event not in payloads.EVENTS:
         r["outcome"], r["error"] = "skipped", "unknown_event"
         return "", []
@@ -304,7 +301,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float) -> tuple[s
     r["project"] = sc.project
 
     conn = db.connect(busy_ms=max(1, int((end - time.perf_counter()) * 1000) - 20))
-    r["_conn"] = conn
+    opened.append(conn)
     # Receipts need not survive a power cut the way memories must; NORMAL skips one fsync.
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.set_progress_handler(lambda: 1 if time.perf_counter() > end else 0, 2000)
