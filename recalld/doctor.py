@@ -174,7 +174,29 @@ def report(cwd=None, command=None, run_hook: bool = True) -> dict:
     out["state"] = state()
     out["models"] = models()
     out["daemon"] = daemon()
+    out["bytecode"] = bytecode()
     return out
+
+
+# The modules a hook process loads; each is recompiled on every run when its .pyc is missing.
+HOT_MODULES = ("entry", "hook", "payloads", "scope", "search", "textproc", "pack", "receipts", "db",
+               "migrations", "paths", "settings", "crystals", "crystal_source", "proposal_source", "drafts",
+               "redact", "autostart")
+
+
+def bytecode() -> dict:
+    """Whether the hook's modules have current .pyc files (see install.ensure_bytecode)."""
+    pkg = Path(__file__).resolve().parent
+    stale = []
+    for name in HOT_MODULES:
+        src = pkg / f"{name}.py"
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+        try:
+            if pyc.stat().st_mtime < src.stat().st_mtime:
+                stale.append(name)
+        except OSError:
+            stale.append(name)
+    return {"package": str(pkg), "hot_modules": len(HOT_MODULES), "missing_or_stale": stale}
 
 
 def _has(name: str) -> bool:

@@ -581,3 +581,34 @@ def test_plugin_wrapper_runs_recalld_or_nothing(user, project, tmp_path):
     env["PATH"] = "/usr/bin:/bin" if not Path("/usr/bin/recalld").exists() else str(tmp_path / "empty")
     res = subprocess.run([str(wrapper), "prompt-submit"], input=payload, env=env, capture_output=True, timeout=60)
     assert res.returncode == 0 and res.stdout == b"" and res.stderr == b""
+
+
+def test_doctor_knows_every_module_a_hook_loads_and_their_bytecode(home, project):
+    """doctor's bytecode check must cover what hooks really import, or it reports a false 'ok'."""
+    import json as _json
+    import os as _os
+    import subprocess as _sp
+    import sys as _sys
+
+    from recalld import doctor
+    from recalld.install import ensure_bytecode
+    from tests.conftest import REPO
+
+    code = (
+        "import sys, json\n"
+        "from recalld import hook\n"
+        "cwd = sys.argv[1]\n"
+        "for ev, p in [('session-start', {'hook_event_name': 'SessionStart', 'source': 'startup'}),\n"
+        "              ('prompt-submit', {'hook_event_name': 'UserPromptSubmit', 'prompt': 'why alembic'}),\n"
+        "              ('pre-tool', {'hook_event_name': 'PreToolUse', 'tool_name': 'Bash', 'tool_input': {'command': 'ls'}}),\n"
+        "              ('stop', {'hook_event_name': 'Stop', 'last_assistant_message': 'done'})]:\n"
+        "    hook.run([ev], json.dumps(dict(p, session_id='s', cwd=cwd)).encode())\n"
+        "print(json.dumps(sorted(m[8:] for m in sys.modules if m.startswith('recalld.'))))\n"
+    )
+    p = _sp.run([_sys.executable, "-c", code, str(project)], capture_output=True, text=True,
+                env=dict(_os.environ, PYTHONPATH=str(REPO)))
+    assert p.returncode == 0, p.stderr
+    loaded = set(_json.loads(p.stdout))
+    assert loaded <= set(doctor.HOT_MODULES) | {"entry"}, loaded - set(doctor.HOT_MODULES)
+    ensure_bytecode()
+    assert doctor.bytecode()["missing_or_stale"] == []

@@ -267,6 +267,14 @@ def _print_doctor(rep: dict) -> None:
                        f"autostart {'on' if d['autostart'] else 'off'}")
         else:
             click.echo(f"{name}: {json.dumps(m.get('status'), default=str)[:500]}")
+    b = rep.get("bytecode")
+    if b:
+        if b["missing_or_stale"]:
+            click.echo(f"\nbytecode: {len(b['missing_or_stale'])} of {b['hot_modules']} hook modules have no current "
+                       f".pyc, so every hook run recompiles them; `recalld install ...` or "
+                       f"`python3 -m compileall {b['package']}` fixes it")
+        else:
+            click.echo(f"\nbytecode: compiled ({b['hot_modules']} hook modules)")
     h = rep.get("hook_run")
     if h:
         click.echo(f"\nhook run: {shlex.join(h['command'])}")
