@@ -119,7 +119,10 @@ def informative(toks: list[str]) -> list[str]:
 
 
 class Stemmer:
-    """SQLite's porter stemmer, reached through a temporary FTS5 table on one connection."""
+    """SQLite's porter stemmer, reached through a temporary FTS5 table on one connection.
+
+    Each call empties the table before it inserts, so nothing is cleared afterwards: in the
+    hook the table dies with the connection, and a clean-up delete was a dozen statements."""
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
@@ -146,7 +149,6 @@ class Stemmer:
         c.execute("INSERT INTO temp.recalld_stem(rowid, t) VALUES (1, ?)", (" ".join(words),))
         got = c.execute("SELECT term FROM temp.recalld_stem_v WHERE col = 't' ORDER BY offset").fetchall()
         if len(got) == len(words):
-            c.execute("DELETE FROM temp.recalld_stem")
             return [r[0] for r in got]
         c.execute("DELETE FROM temp.recalld_stem")
         c.executemany("INSERT INTO temp.recalld_stem(rowid, t) VALUES (?, ?)",
@@ -155,7 +157,6 @@ class Stemmer:
         for doc, term in c.execute("SELECT doc, term FROM temp.recalld_stem_v WHERE col = 't' ORDER BY doc, offset"):
             if out[doc - 1] is None:
                 out[doc - 1] = term
-        c.execute("DELETE FROM temp.recalld_stem")
         return out
 
     def terms_of(self, text: str) -> set[str]:
@@ -163,9 +164,7 @@ class Stemmer:
         c = self.conn
         c.execute("DELETE FROM temp.recalld_stem")
         c.execute("INSERT INTO temp.recalld_stem(rowid, t) VALUES (1, ?)", (text,))
-        terms = {r[0] for r in c.execute("SELECT DISTINCT term FROM temp.recalld_stem_v")}
-        c.execute("DELETE FROM temp.recalld_stem")
-        return terms
+        return {r[0] for r in c.execute("SELECT DISTINCT term FROM temp.recalld_stem_v")}
 
 
 def within_edits(a: str, b: str, k: int) -> bool:
