@@ -411,10 +411,8 @@ class Daemon:
                         self.detector.forget_idle()
                         next_scan = time.monotonic() + interval
                         self.ready.set()
-                    for p in sorted(self.tailer.take_dirty()):
-                        r = self.tailer.poll(p)
-                        if r is not None:
-                            self._dispatch(conn, r)
+                    for r in self.tailer.poll_many(sorted(self.tailer.take_dirty())):
+                        self._dispatch(conn, r)
                     for need in self.detector.take_due():
                         self._submit(conn, need)
                     self._write_status()

@@ -242,7 +242,10 @@ def tool_summary(name: str, tool_input) -> str:
 
 
 def _exit_code_error(text: str) -> bool:
-    m = _EXIT_CODE.search(text[:2000])
+    head = text[:2000]
+    if "xit code" not in head and "exited with code" not in head:
+        return False  # the regex has no literal prefix to skip ahead with: scan cheaply first
+    m = _EXIT_CODE.search(head)
     return bool(m and m.group(1) != "0")
 
 

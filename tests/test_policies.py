@@ -146,3 +146,34 @@ def test_drafts_are_redacted_and_confidence_clamped():
 def test_a_draft_that_is_only_a_secret_is_too_short():
     s = screen([d("OPENAI_API_KEY=sk-proj-Abc123def456Ghi789jkl012Mno345pqr678")], window="")
     assert s.by_reason == {"too_short": 1}
+
+
+def test_fast_paths_redact_exactly_what_the_plain_patterns_do():
+    # redact() finds ignore-case patterns through lower-cased copies and skips patterns whose
+    # cues are absent; with every shortcut off (each pattern's own sub) the output must match.
+    import random
+
+    from recalld import redact as R
+
+    def plain(text):
+        counts = {}
+        for kind, pattern, repl in R._PATTERNS:
+            repl = repl or R.PLACEHOLDER.format(kind)
+            text, n = pattern.subn(repl, text)
+            if n:
+                counts[kind] = counts.get(kind, 0) + n
+        return text, counts
+
+    secrets = ['password = "hunter2hunter2"', "API_KEY=abcd1234efgh", "Authorization: Bearer abcdefghijklmnop123",
+               'Token: "ghx1234567"', "--password s3cr3tpass", 'PassWord: "Xx12345"', 'Api-Key = "ZZZZ9999"',
+               "BEARER ABCDEFGHIJKLMNOPQRS", 'client_secret=>  "qwertyuiop"', "postgres://u:pw12@h/db",
+               "ghp_" + "a1" * 12, "sk-ant-api03-" + "x" * 20]
+    # non-ASCII around them, including the four letters (?i) matches to ASCII (re docs)
+    fillers = ["café déjà vu — ", "plain words here ", "\u212aey = 'abcdefgh' ", "pa\u017fsword: 'abcdefgh' ",
+               "\u0130STANBUL token: zzzzzz ", "日本語のテキスト ", "token: [redacted:x]abcdef ",
+               "Bearer [REDACTED:bearer]abcdefghijklmnop "]
+    rnd = random.Random(7)
+    for _ in range(400):
+        text = "".join(rnd.choice(secrets + fillers) for _ in range(rnd.randint(1, 6)))
+        out, counts = redact(text)
+        assert (out, dict(counts)) == plain(text), text

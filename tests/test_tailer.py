@@ -287,3 +287,34 @@ def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
     assert "sec-1" in dump
     for secret in (secret_key, gh, "hunter2pass"):
         assert secret not in dump
+
+
+def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypatch):
+    # rescan commits many files together; a failure storing one of them must not take the
+    # others' rows with it, nor leave that file's events without their offset row
+    root = tmp_path / "projects"
+    files = layout(root)
+    for src, dst in files.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    conn = db.connect()
+    t = tailer.Tailer(conn, [(root, "claude")])
+    bad = t.discover()[2]
+    real = t._record
+
+    def failing(c, reason):
+        if c.path == bad:
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+        real(c, reason)
+
+    monkeypatch.setattr(t, "_record", failing)
+    with pytest.raises(sqlite3.OperationalError):
+        t.rescan()
+    assert not conn.in_transaction
+    assert conn.execute("SELECT count(*) FROM transcript_events WHERE source = ?", (bad,)).fetchone()[0] == 0
+    done = {r[0] for r in conn.execute("SELECT DISTINCT path FROM tail_offsets")}
+    assert bad not in done and len(done) >= 2  # the files polled before it are stored
+    # once the failure is gone, a rescan stores everything exactly once
+    monkeypatch.setattr(t, "_record", real)
+    t.rescan()
+    assert stored_keys(conn) == expected_keys(files.values())
