@@ -109,6 +109,43 @@ def throughput(copies: int) -> dict:
             "load_average": round(os.getloadavg()[0], 2), "target_mb_s": 20}
 
 
+def transcript_timing() -> dict:
+    """What the need debounce is weighed against, from the real transcripts' timestamps: how
+    soon records follow each other (bursts a debounce should coalesce) and how soon the agent's
+    next tool call follows a tool result (the step a pass must land before)."""
+    from datetime import datetime
+
+    gaps, next_call = [], []
+    for p in sorted(TRANSCRIPTS.glob("*.jsonl")):
+        recs = []
+        for line in p.read_bytes().splitlines():
+            try:
+                o = json.loads(line)
+                t = datetime.fromisoformat(o["timestamp"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if o.get("type") not in ("user", "assistant"):
+                continue
+            content = (o.get("message") or {}).get("content")
+            kinds = {b.get("type") for b in content if isinstance(b, dict)} if isinstance(content, list) else set()
+            recs.append((t, kinds))
+        gaps += [b[0] - a[0] for a, b in zip(recs, recs[1:]) if 0 <= b[0] - a[0] < 600]
+        for i, (t, kinds) in enumerate(recs):
+            if "tool_result" in kinds:
+                later = [t2 - t for t2, k2 in recs[i + 1:] if "tool_use" in k2]
+                if later:
+                    next_call.append(later[0])
+    n = len(gaps)
+    return {"record_gaps": n,
+            "share_gap_under_0_5_s": round(sum(g < 0.5 for g in gaps) / n, 3),
+            "share_gap_0_5_to_1_s": round(sum(0.5 <= g < 1 for g in gaps) / n, 3),
+            "tool_results_followed_by_a_call": len(next_call),
+            "tool_result_to_next_call_p25_s": round(pct(next_call, 0.25), 2),
+            "tool_result_to_next_call_p50_s": round(pct(next_call, 0.5), 2),
+            "share_next_call_within_2_5_s": round(sum(x < 2.5 for x in next_call) / len(next_call), 3),
+            "share_next_call_within_3_s": round(sum(x < 3 for x in next_call) / len(next_call), 3)}
+
+
 # --- the live daemon ----------------------------------------------------------------------------
 
 
@@ -215,7 +252,7 @@ def run(quick: bool = False) -> dict:
 
 
 def _run(quick: bool) -> dict:
-    res = {"throughput": throughput(copies=4 if quick else 20)}
+    res = {"throughput": throughput(copies=4 if quick else 20), "transcript_timing": transcript_timing()}
     try:
         import llama_cpp  # noqa: F401
         from recalld import llm
@@ -244,6 +281,10 @@ def main() -> None:
           f"parse {t['parse_mb_s']} MB/s, parse+store {t['parse_and_store_mb_s']} MB/s (target >= {t['target_mb_s']}); "
           f"per CPU-second: parse {t['parse_mb_per_cpu_s']}, parse+store {t['parse_and_store_mb_per_cpu_s']} MB; "
           f"load average {t['load_average']}")
+    tt = res["transcript_timing"]
+    print(f"transcript timing ({tt['record_gaps']} record gaps): {tt['share_gap_under_0_5_s']} within 0.5 s, "
+          f"{tt['share_gap_0_5_to_1_s']} more within 1 s; a tool result -> the next tool call: "
+          f"p25 {tt['tool_result_to_next_call_p25_s']} s, p50 {tt['tool_result_to_next_call_p50_s']} s")
     lv = res["live"]
     if "skipped" in lv:
         print(f"live daemon: skipped: {lv['skipped']}")

@@ -152,7 +152,7 @@ def path_terms(path: str) -> str:
 class NeedDetector:
     def __init__(self, cfg: "dict | None" = None, clock=time.monotonic):
         d = (cfg or {}).get("daemon") or {}
-        self.debounce_s = float(d.get("debounce_s", 1.0))
+        self.debounce_s = float(d.get("debounce_s", 0.5))
         self.max_wait_s = float(d.get("max_wait_s", 6.0))
         self.min_interval_s = float(d.get("min_pass_interval_s", 15.0))
         self.max_per_minute = int(d.get("max_passes_per_minute", 6))

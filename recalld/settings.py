@@ -35,9 +35,12 @@ DEFAULTS: dict = {
                   "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6, "window_chars": 2000,
                   "max_tokens": 256,
                   "timeout_s": 60, "show_times": 2, "show_max": 5, "review_gate": False},
-    # the daemon (docs/daemon.md): extra transcript roots, first-start window, need timing
+    # the daemon (docs/daemon.md): extra transcript roots, first-start window, need timing.
+    # debounce_s 0.5: in the shared transcripts 41% of records follow the previous one within
+    # 0.5 s (one message's blocks) and only 8% more within 1 s, while the agent's next tool
+    # call comes a median 3.8 s after a tool result; a shorter wait lands more passes in time.
     "daemon": {"roots": [], "recent_days": 2, "autostart": False, "rescan_s": 30, "poll_s": 2,
-               "live_s": 300, "debounce_s": 1.0, "max_wait_s": 6.0, "min_pass_interval_s": 15,
+               "live_s": 300, "debounce_s": 0.5, "max_wait_s": 6.0, "min_pass_interval_s": 15,
                "max_passes_per_minute": 6, "need_window": 12, "need_max_chars": 600,
                "preload_model": True, "load_allowance_s": 60},
 }
