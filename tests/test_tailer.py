@@ -1,6 +1,7 @@
 """The tailer: real transcripts appended piece by piece (mid-line cuts included), restarts,
 truncation, replacement, first-start window, malformed lines, .zst, the watcher."""
 
+import json
 import os
 import random
 import shutil
@@ -42,14 +43,16 @@ def expected_keys(paths):
             seqs[ev.line_no] = seq + 1
             # stored text is redacted (tailer policy), so compare with the redacted parse
             text = redact(ev.text)[0] if ev.text else ev.text
+            inp = None if ev.tool_input is None else redact(json.dumps(ev.tool_input, ensure_ascii=False, default=str))[0]
             keys.append((str(p), 0, ev.line_no, seq, ev.kind, text, ev.tool, ev.agent, ev.session,
-                         int(ev.is_error)))
+                         int(ev.is_error), inp))
     return sorted(keys)
 
 
 def stored_keys(conn):
     return sorted(tuple(r) for r in conn.execute(
-        "SELECT source, generation, line_no, seq, kind, text, tool, agent, session, is_error FROM transcript_events"))
+        "SELECT source, generation, line_no, seq, kind, text, tool, agent, session, is_error, tool_input "
+        "FROM transcript_events"))
 
 
 def appender(files, rng):
