@@ -36,6 +36,7 @@ MAX_RESULT_TEXT = 4_000
 
 CLAUDE_TURN_END_SUBTYPES = {"turn_duration", "stop_hook_summary"}
 CODEX_TURN_END_EVENTS = {"task_complete", "turn_complete"}
+_decode = json.JSONDecoder().decode
 _EXIT_CODE = re.compile(r"(?:^|\n)\s*(?:Exit code|exit code|Process exited with code)[:\s]+(-?\d+)")
 _SUBAGENT_FILE = re.compile(r"^agent-(.+)\.jsonl(?:\.zst)?$")
 
@@ -163,7 +164,9 @@ def parse_line(line: bytes, st: ParseState) -> "list[Event] | None":
     if not s:
         return []
     try:
-        obj = json.loads(s)
+        # the decoder on str directly: json.loads(bytes) first sniffs for UTF-16/32, which
+        # JSONL transcripts never are ("utf-8-sig" still drops a BOM)
+        obj = _decode(s.decode("utf-8-sig"))
     except (ValueError, UnicodeDecodeError):
         st.malformed += 1
         return None
