@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from orjson import loads as _loads
+
 # Text kept per event. Tool results can be 200 KB web pages; the need detector and the
 # proposer read the head, and the transcript itself stays the full record.
 MAX_TEXT = 16_000
@@ -36,7 +38,6 @@ MAX_RESULT_TEXT = 4_000
 
 CLAUDE_TURN_END_SUBTYPES = {"turn_duration", "stop_hook_summary"}
 CODEX_TURN_END_EVENTS = {"task_complete", "turn_complete"}
-_decode = json.JSONDecoder().decode
 _EXIT_CODE = re.compile(r"(?:^|\n)\s*(?:Exit code|exit code|Process exited with code)[:\s]+(-?\d+)")
 _SUBAGENT_FILE = re.compile(r"^agent-(.+)\.jsonl(?:\.zst)?$")
 
@@ -164,9 +165,10 @@ def parse_line(line: bytes, st: ParseState) -> "list[Event] | None":
     if not s:
         return []
     try:
-        # the decoder on str directly: json.loads(bytes) first sniffs for UTF-16/32, which
-        # JSONL transcripts never are ("utf-8-sig" still drops a BOM)
-        obj = _decode(s.decode("utf-8-sig"))
+        # orjson: decoding is a fifth of the daemon's tailing time with the standard library's
+        # json; orjson decodes these lines 2.3x faster (tailing +29% in an A/B run). It takes
+        # the bytes as they are (invalid UTF-8 is a ValueError, like bad JSON) but not a BOM.
+        obj = _loads(s[3:] if s.startswith(b"\xef\xbb\xbf") else s)
     except (ValueError, UnicodeDecodeError):
         st.malformed += 1
         return None

@@ -241,3 +241,15 @@ def test_codex_legacy_bare_items(tmp_path):
     assert [e.kind for e in evs] == ["prompt", "tool_call", "tool_result"]
     assert evs[2].is_error and evs[2].tool == "shell"
     assert {e.session for e in evs} == {SESSION}
+
+
+def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path):
+    lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines()
+    line = next(ln for ln in lines if T.parse_line(ln, T.new_state(tmp_path / "s.jsonl")))
+    st = T.new_state(tmp_path / "s.jsonl")
+    plain = T.parse_line(line, st)
+    assert plain
+    with_bom = T.parse_line(b"\xef\xbb\xbf" + line, T.new_state(tmp_path / "s.jsonl"))
+    assert [e.as_dict() for e in with_bom] == [e.as_dict() for e in plain]
+    assert T.parse_line(b'{"type": "user", "message": {"content": "caf\xe9"}}', st) is None
+    assert st.malformed == 1 and st.line_no == 2
