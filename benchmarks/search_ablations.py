@@ -119,7 +119,25 @@ def variants() -> dict:
     for w in (0.1, 0.2):
         v[f"query-bigram proximity bonus {w}"] = lambda d, r, b, w=w: base(d, r, b) + w * proximity(d, r)
     v["question-turn penalty 0.1 (dialogue only)"] = lambda d, r, b: base(d, r, b) - (0.1 if r[3].rstrip().endswith("?") else 0)
+    for lb in (0.04, 0.08):
+        v[f"length bonus {lb}*log(chars)"] = lambda d, r, b, lb=lb: base(d, r, b) + lb * math.log(len(r[3]))
+    v["subject label bonus only for the first label named"] = lambda d, r, b: (
+        cover(d, r) + B * r[2] / b + (W if first_subject(d, r) else 0.0))
     return v
+
+
+def first_subject(d, r) -> bool:
+    """Does the memory's label hold the first query word that is any candidate's label?"""
+    if "_first" not in d:
+        labels = {}
+        for row in d["rows"]:
+            m = S._SUBJECT.match(row[3])
+            if m and len(S.tokens(m.group(1).lower())) <= 3:
+                labels[row[0]] = set(S.tokens(m.group(1).lower()))
+        every = set().union(*labels.values()) if labels else set()
+        d["_labels"] = labels
+        d["_first"] = next((t.word.lower() for t in d["terms"] if t.word.lower() in every), None)
+    return d["_first"] is not None and d["_first"] in d["_labels"].get(r[0], ())
 
 
 def evaluate(data_rows: list, fn, cands: int = 40) -> tuple:
@@ -136,6 +154,23 @@ def evaluate(data_rows: list, fn, cands: int = 40) -> tuple:
     return round(h1 / n, 3), round(r5 / n, 3)
 
 
+def measure(data=None) -> dict:
+    """Every variant's hit@1 and recall@5 on the same candidates, and how many questions have
+    their evidence among the first k candidates."""
+    rows = collect(data)
+    out = {}
+    for name, fn in variants().items():
+        out[name] = evaluate(rows, fn)
+    shipped = variants()["shipped: coverage + 0.15 bm25 + 0.2 subject label"]
+    for c in (20, 100, 200):
+        out[f"shipped, {c} candidates"] = evaluate(rows, shipped, c)
+    ceiling = {f"k={k}": round(sum(any(r[0] in d["ev"] for r in d["rows"][:k]) for d in rows) / len(rows), 3)
+               for k in (10, 20, 50, 200)}
+    return {"questions": len(rows),
+            "variants": {k: {"hit@1": h1, "recall@5": r5} for k, (h1, r5) in out.items()},
+            "candidates_holding_evidence": ceiling}
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -143,22 +178,15 @@ def main(argv=None) -> int:
     ap.add_argument("--data")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = collect(args.data)
-    out = {}
-    for name, fn in variants().items():
-        out[name] = evaluate(rows, fn)
-    shipped = variants()["shipped: coverage + 0.15 bm25 + 0.2 subject label"]
-    for c in (20, 100, 200):
-        out[f"shipped, {c} candidates"] = evaluate(rows, shipped, c)
-    ceiling = {k: round(sum(any(r[0] in d["ev"] for r in d["rows"][:k]) for d in rows) / len(rows), 3)
-               for k in (10, 20, 50, 200)}
+    res = measure(args.data)
     if args.json:
-        print(json.dumps({"variants": out, "candidates_holding_evidence": ceiling}, indent=2))
+        print(json.dumps(res, indent=2))
         return 0
-    print(f"{len(rows)} questions (categories 1-4); variant: hit@1 recall@5 over the first 40 candidates")
-    for k, (h1, r5) in out.items():
-        print(f"  {k:<52} {h1:.3f} {r5:.3f}")
-    print("  evidence among the first k candidates: " + ", ".join(f"k={k}: {v}" for k, v in ceiling.items()))
+    print(f"{res['questions']} questions (categories 1-4); variant: hit@1 recall@5 over the first 40 candidates")
+    for k, v in res["variants"].items():
+        print(f"  {k:<52} {v['hit@1']:.3f} {v['recall@5']:.3f}")
+    print("  evidence among the first k candidates: "
+          + ", ".join(f"{k}: {v}" for k, v in res["candidates_holding_evidence"].items()))
     return 0
 
 
