@@ -293,8 +293,8 @@ def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
 
 
 def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypatch):
-    # rescan commits many files together; a failure storing one of them must not take the
-    # others' rows with it, nor leave that file's events without their offset row
+    # rescan stores many files in one transaction; a failure storing one of them must not take
+    # the others' rows with it, nor leave that file's events without their offset row
     root = tmp_path / "projects"
     files = layout(root)
     for src, dst in files.items():
@@ -303,21 +303,46 @@ def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypat
     conn = db.connect()
     t = tailer.Tailer(conn, [(root, "claude")])
     bad = t.discover()[2]
-    real = t._record
+    real = t._insert
 
-    def failing(c, reason):
-        if c.path == bad:
+    def failing(rows, offset_row):
+        if offset_row[1] == bad:
             raise sqlite3.OperationalError("disk I/O error (injected)")
-        real(c, reason)
+        real(rows, offset_row)
 
-    monkeypatch.setattr(t, "_record", failing)
-    with pytest.raises(sqlite3.OperationalError):
-        t.rescan()
+    monkeypatch.setattr(t, "_insert", failing)
+    results = t.rescan()
     assert not conn.in_transaction
+    assert bad not in {r.path for r in results} and len(results) == len(files) - 1
+    assert t.stats["store_failed"] == 1
     assert conn.execute("SELECT count(*) FROM transcript_events WHERE source = ?", (bad,)).fetchone()[0] == 0
     done = {r[0] for r in conn.execute("SELECT DISTINCT path FROM tail_offsets")}
-    assert bad not in done and len(done) >= 2  # the files polled before it are stored
-    # once the failure is gone, a rescan stores everything exactly once
-    monkeypatch.setattr(t, "_record", real)
+    assert bad not in done and len(done) == len(files) - 1
+    # once the failure is gone, the next rescan reads that file again; everything once
+    monkeypatch.setattr(t, "_insert", real)
+    assert [r.path for r in t.rescan()] == [bad]
+    assert stored_keys(conn) == expected_keys(files.values())
+
+
+def test_a_batch_holds_the_write_lock_only_to_store(home, tmp_path, monkeypatch):
+    # a hook writes its receipt while the daemon reads: parsing and redaction must happen
+    # outside any transaction, or the hook would wait for the whole batch
+    root = tmp_path / "projects"
+    files = layout(root)
+    for src, dst in files.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    conn = db.connect()
+    t = tailer.Tailer(conn, [(root, "claude")])
+    seen = []
+    real = T.parse_line
+
+    def watching(line, st):
+        seen.append(conn.in_transaction)
+        return real(line, st)
+
+    monkeypatch.setattr(T, "parse_line", watching)
+    monkeypatch.setattr(tailer, "BATCH_S", 0.0)  # a flush after every file: transactions come and go
     t.rescan()
+    assert seen and not any(seen)
     assert stored_keys(conn) == expected_keys(files.values())
