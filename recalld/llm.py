@@ -21,6 +21,7 @@ llama_cpp is imported only when a model is loaded (never on the hook's path).
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -63,6 +64,11 @@ class LLMError(RuntimeError):
 
 class LLMTimeout(LLMError):
     """The call ran past its time limit (the work was stopped at its next check)."""
+
+
+class LLMPreempted(LLMError):
+    """A background generation (the proposer's) stopped so that an urgent call waiting for
+    the model (the judge's, for the agent's next step) could run."""
 
 
 class Unavailable(LLMError):
@@ -226,41 +232,66 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
 
 
 class _Worker:
-    """One daemon thread per model: every inference call runs here, one at a time."""
+    """One daemon thread per model: every inference call runs here, one at a time.
+
+    Urgent calls (likelihoods: the judge and the re-ranker, whose answer the agent's next step
+    is waiting for) go before queued background calls (the proposer's generation), and a
+    running generation yields to them: it stops at its next token (LLMPreempted) when an
+    urgent call is waiting. Without that, a judge pass could wait out a whole draft."""
 
     def __init__(self, name: str):
-        self._q: queue.Queue = queue.Queue()
+        self._q: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self.urgent_waiting = 0
+        self._running = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self):
         while True:
-            item = self._q.get()
+            _prio, _n, item = self._q.get()
             if item is None:
                 return
-            fn, deadline, fut = item
+            fn, deadline, fut, urgent = item
+            if urgent:
+                with self._lock:
+                    self.urgent_waiting -= 1
             if not fut.set_running_or_notify_cancel():
                 continue
             if deadline is not None and time.monotonic() > deadline:
                 fut.set_exception(LLMTimeout("timed out while waiting for the model"))
                 continue
+            self._running = True
             try:
                 fut.set_result(fn(deadline))
             except BaseException as e:  # handed to the caller, never kills the worker
                 fut.set_exception(e)
+            finally:
+                self._running = False
 
-    def call(self, fn, timeout_s: "float | None"):
+    def call(self, fn, timeout_s: "float | None", urgent: bool = False):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         fut: Future = Future()
-        self._q.put((fn, deadline, fut))
+        if urgent:
+            with self._lock:
+                self.urgent_waiting += 1
+        self._q.put((0 if urgent else 1, next(self._seq), (fn, deadline, fut, urgent)))
         try:
             return fut.result(timeout=timeout_s)
         except FutureTimeout:
             fut.cancel()  # if still queued, it never runs; if running, it stops at its next check
             raise LLMTimeout(f"model call exceeded {timeout_s:g} s") from None
 
+    def busy(self) -> bool:
+        """Is a call running now?"""
+        return self._running
+
+    def queued(self) -> int:
+        return self._q.qsize()
+
     def stop(self, wait_s: float = 5.0):
-        self._q.put(None)
+        self._q.put((2, next(self._seq), None))  # after what is already queued
         if self._thread is not threading.current_thread():
             self._thread.join(wait_s)
 
@@ -323,7 +354,7 @@ class Runtime:
     def name(self) -> str:
         return Path(self.model_path).name
 
-    def _run(self, fn, timeout_s):
+    def _run(self, fn, timeout_s, urgent: bool = False):
         def timed(deadline):
             t0 = time.perf_counter()
             try:
@@ -332,7 +363,7 @@ class Runtime:
                 self.model_ms += (time.perf_counter() - t0) * 1000
                 self.calls += 1
 
-        return self._worker.call(timed, timeout_s)
+        return self._worker.call(timed, timeout_s, urgent)
 
     # ------------------------------------------------------------ tokens
 
@@ -354,13 +385,13 @@ class Runtime:
         """log P of each continuation token given the context and the tokens before it."""
         ctx = self.tokenize(context, bos=True)
         cont = self.tokenize(continuation)
-        return self._run(lambda d: self._token_logprobs(ctx, cont, d), timeout_s)
+        return self._run(lambda d: self._token_logprobs(ctx, cont, d), timeout_s, urgent=True)
 
     def logliks(self, context: str, continuations: list, timeout_s: "float | None" = 30.0) -> list:
         """loglik for several continuations of one context (the context is decoded once)."""
         ctx = self.tokenize(context, bos=True)
         conts = [self.tokenize(c) for c in continuations]
-        out = self._run(lambda d: [self._token_logprobs(ctx, c, d) for c in conts], timeout_s)
+        out = self._run(lambda d: [self._token_logprobs(ctx, c, d) for c in conts], timeout_s, urgent=True)
         return [(float(sum(lps)), len(lps)) for lps in out]
 
     def _token_logprobs(self, ctx: list, cont: list, deadline) -> list:
@@ -429,9 +460,11 @@ class Runtime:
         return g
 
     def generate_json(self, prompt: str, schema: dict, max_tokens: int = 256,
-                      timeout_s: "float | None" = 20.0, system: "str | None" = None):
+                      timeout_s: "float | None" = 20.0, system: "str | None" = None,
+                      yield_to_urgent: bool = True):
         """Grammar-constrained JSON matching `schema` (greedy, fixed seed). `prompt` is the
-        user message; the model's own chat template wraps it."""
+        user message; the model's own chat template wraps it. A background call: it waits
+        behind urgent ones and, with yield_to_urgent, stops for them (LLMPreempted)."""
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]
 
@@ -441,11 +474,14 @@ class Runtime:
             # A stopping criterion, not a logits processor: llama.cpp calls logits processors
             # from a C callback that swallows exceptions, so a deadline raised there would
             # not stop the generation.
-            late = []
+            late, preempted = [], []
 
             def past_deadline(_ids, _logits) -> bool:
                 if deadline is not None and time.monotonic() > deadline:
                     late.append(True)
+                    return True
+                if yield_to_urgent and self._worker.urgent_waiting > 0:
+                    preempted.append(True)
                     return True
                 return False
 
@@ -455,6 +491,8 @@ class Runtime:
                 max_tokens=max_tokens, stop=stop, stopping_criteria=StoppingCriteriaList([past_deadline]))
             if late:
                 raise LLMTimeout("generation ran past its deadline")
+            if preempted:
+                raise LLMPreempted("generation stopped for an urgent call (the judge)")
             return out["choices"][0]["text"], out["choices"][0].get("finish_reason")
 
         text, finish = self._run(work, timeout_s)

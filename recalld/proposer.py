@@ -241,6 +241,11 @@ def _scope_of(events: list, boundaries: list) -> tuple:
     return project, agent or "main"
 
 
+PREEMPTED = "preempted: the judge needed the model"
+PREEMPT_RETRIES = 3
+PREEMPT_WAIT_S = 3.0
+
+
 def on_turn_end(session: str, events: list) -> "PassResult | None":
     """The daemon's turn-end hook (registered in recalld/commands/proposals.py): one pass over
     the turn the daemon just saw end (it hands over that turn's events, each once)."""
@@ -248,6 +253,13 @@ def on_turn_end(session: str, events: list) -> "PassResult | None":
     if (cfg.get("proposals") or {}).get("enabled") is False:
         return None
     transcript = next((e.source for e in reversed(events) if e.source), None)
+    for _ in range(PREEMPT_RETRIES):
+        res = run_pass(transcript, session=session, events=events, origin="daemon", cfg=cfg)
+        if res.error != PREEMPTED:
+            return res
+        # The daemon hands each turn over once, so a pass the judge preempted is tried again
+        # here, after the judge's pass (six likelihood calls, ~2 s with the embedded model).
+        time.sleep(PREEMPT_WAIT_S)
     return run_pass(transcript, session=session, events=events, origin="daemon", cfg=cfg)
 
 
@@ -375,6 +387,11 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
                                timeout_s=float(pc["timeout_s"]), system=SYSTEM)
     except Exception as e:
         res.model_ms = (time.perf_counter() - t_model) * 1000
+        if type(e).__name__ == "LLMPreempted":
+            # The judge needed the model for the agent's next step. Nothing is stored, so the
+            # drafts cursor stays and the next turn end reads this window again.
+            res.outcome, res.error = "skipped", PREEMPTED
+            return
         timed_out = type(e).__name__ in ("LLMTimeout", "TimeoutError")
         res.outcome, res.error = ("timeout" if timed_out else "error"), _error_code(e)
         return

@@ -236,6 +236,58 @@ def test_a_call_past_its_time_limit_raises_and_the_runtime_keeps_working(rt):
     assert rt.calls == calls + 2
 
 
+def test_a_judge_call_stops_a_running_generation_and_runs_at_once(rt):
+    # The proposer's draft is background work; the judge's likelihoods are for the agent's
+    # next step. A generation that must emit sixty numbers (seconds) yields at its next token.
+    schema = {"type": "object", "properties": {"n": {"type": "array", "items": {"type": "integer"},
+                                                     "minItems": 60, "maxItems": 60}}, "required": ["n"]}
+    started, out = threading.Event(), {}
+
+    def generate():
+        started.set()
+        try:
+            out["result"] = rt.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)
+        except llm.LLMError as e:
+            out["error"] = e
+
+    th = threading.Thread(target=generate)
+    th.start()
+    started.wait()
+    for _ in range(3000):  # until the generation is running on the model's worker
+        if rt._worker.busy() or out:
+            break
+        threading.Event().wait(0.01)
+    assert rt.loglik("Note: (none)\nQuestion:", " Is the judge first?")[1] > 0
+    th.join(120)
+    assert isinstance(out.get("error"), llm.LLMPreempted), out
+    # and without an urgent call the same generation runs to its end
+    assert len(rt.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)["n"]) == 60
+
+
+def test_urgent_calls_go_before_queued_background_calls():
+    w = llm._Worker("test")
+    gate, order = threading.Event(), []
+    try:
+        threads = [threading.Thread(target=w.call, args=(lambda _d: gate.wait(5), 10))]
+        threads[0].start()
+        while not w.busy():
+            threading.Event().wait(0.005)
+        for name, urgent in (("background", False), ("urgent", True)):
+            t = threading.Thread(target=w.call, args=(lambda _d, n=name: order.append(n), 10, urgent))
+            t.start()
+            threads.append(t)
+            while w.queued() < len(threads) - 1:
+                threading.Event().wait(0.005)
+        assert w.urgent_waiting == 1
+        gate.set()
+        for t in threads:
+            t.join(10)
+        assert order == ["urgent", "background"] and w.urgent_waiting == 0
+    finally:
+        gate.set()
+        w.stop()
+
+
 @needs_model
 def test_roles_share_one_runtime_per_file(home, monkeypatch, tmp_path):
     monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")

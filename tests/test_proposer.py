@@ -159,6 +159,41 @@ def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime):
     assert d.hooks == [proposer.on_turn_end]
 
 
+def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch):
+    # The judge stops a running draft (recalld.llm.LLMPreempted); the daemon hands each turn
+    # over once, so on_turn_end tries the pass again instead of losing the turn.
+    from recalld import llm
+
+    class Preempting:
+        """The real runtime, except that its first generation is preempted."""
+
+        def __init__(self, rt):
+            self.rt, self.generations = rt, 0
+
+        def __getattr__(self, name):
+            return getattr(self.rt, name)
+
+        def generate_json(self, *a, **kw):
+            self.generations += 1
+            if self.generations == 1:
+                raise llm.LLMPreempted("generation stopped for an urgent call (the judge)")
+            return self.rt.generate_json(*a, **kw)
+
+    wrapped = Preempting(runtime)
+    monkeypatch.setattr(llm, "require_runtime", lambda role="judge", cfg=None: wrapped)
+    monkeypatch.setattr(proposer, "PREEMPT_WAIT_S", 0.0)
+    path = TRANSCRIPTS / "viewer-agent-test-hash-123.jsonl"
+    events = list(transcripts.parse_file(str(path)))[:-1]
+    res = proposer.on_turn_end(events[0].session, events)
+    assert wrapped.generations == 2 and res.outcome in ("stored", "nothing"), res.error
+    c = drafts.connect()
+    recs = receipts.read(c, source="proposer")
+    assert sorted((r["outcome"], r["error"]) for r in recs) == sorted(
+        [("skipped", proposer.PREEMPTED), (res.outcome, None)])
+    assert drafts.cursor(c, str(path.resolve())) == res.to_line
+    c.close()
+
+
 def test_without_a_model_the_pass_says_why_and_keeps_the_window(home):
     (home).mkdir(parents=True, exist_ok=True)
     (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
