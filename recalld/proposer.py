@@ -253,14 +253,13 @@ def on_turn_end(session: str, events: list) -> "PassResult | None":
     if (cfg.get("proposals") or {}).get("enabled") is False:
         return None
     transcript = next((e.source for e in reversed(events) if e.source), None)
-    for _ in range(PREEMPT_RETRIES):
+    for attempt in range(PREEMPT_RETRIES + 1):
         res = run_pass(transcript, session=session, events=events, origin="daemon", cfg=cfg)
-        if res.error != PREEMPTED:
+        if res.error != PREEMPTED or attempt == PREEMPT_RETRIES:
             return res
         # The daemon hands each turn over once, so a pass the judge preempted is tried again
         # here, after the judge's pass (six likelihood calls, ~2 s with the embedded model).
         time.sleep(PREEMPT_WAIT_S)
-    return run_pass(transcript, session=session, events=events, origin="daemon", cfg=cfg)
 
 
 def run_pass(transcript: "str | None" = None, *, session: "str | None" = None, origin: str = "daemon",

@@ -34,6 +34,15 @@ def layout(root):
     return out
 
 
+def copied(root):
+    """The real transcripts copied whole into their layout under root."""
+    files = layout(root)
+    for src, dst in files.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    return files
+
+
 def expected_keys(paths):
     keys = []
     for p in paths:
@@ -296,10 +305,7 @@ def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypat
     # rescan stores many files in one transaction; a failure storing one of them must not take
     # the others' rows with it, nor leave that file's events without their offset row
     root = tmp_path / "projects"
-    files = layout(root)
-    for src, dst in files.items():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, dst)
+    files = copied(root)
     conn = db.connect()
     t = tailer.Tailer(conn, [(root, "claude")])
     bad = t.discover()[2]
@@ -328,10 +334,7 @@ def test_a_batch_holds_the_write_lock_only_to_store(home, tmp_path, monkeypatch)
     # a hook writes its receipt while the daemon reads: parsing and redaction must happen
     # outside any transaction, or the hook would wait for the whole batch
     root = tmp_path / "projects"
-    files = layout(root)
-    for src, dst in files.items():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, dst)
+    files = copied(root)
     conn = db.connect()
     t = tailer.Tailer(conn, [(root, "claude")])
     seen = []
