@@ -5,7 +5,8 @@ benchmarks/search_ablations.py re-scores the same LoCoMo candidates (dev split, 
 
     python3 benchmarks/bench_ablations.py [--data PATH] [--json]
 
-About 25 s on the 2-core machine. Variants that are not a re-scoring of the same candidates
+About 2.5 minutes on the 2-core machine (candidates are collected at four candidate counts,
+each with its thread followers). Variants that are not a re-scoring of the same candidates
 (pseudo-relevance feedback with a second query, MMR diversity) were measured once through
 the full search and are recorded in docs/evaluation.md.
 """
@@ -19,12 +20,12 @@ import search_ablations  # noqa: E402
 
 
 def run(quick: bool = False, data=None) -> dict:
-    # quick changes nothing: the variants re-score candidates collected once (~25 s)
+    # quick changes nothing: the variants re-score candidates collected once
     res = search_ablations.measure(data)
     shipped = next(iter(res["variants"].values()))
     res["notes"] = [f"{res['questions']} answerable questions; the first row is the shipped ranking "
                     f"(hit@1 {shipped['hit@1']}, recall@5 {shipped['recall@5']}); each other row "
-                    "re-scores the same first 40 candidates one other way"]
+                    "re-scores the same first 40 candidates (and their thread followers) one other way"]
     return res
 
 

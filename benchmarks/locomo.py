@@ -142,7 +142,9 @@ def scope_for(conv: Conversation) -> Scope:
 def index(conn: sqlite3.Connection, conv: Conversation, style: str = DEFAULT_STYLE) -> dict:
     """Write the turns through the real import path; returns {memory id: dia_id}."""
     sc = scope_for(conv)
-    lines = [json.dumps({"text": memory_text(t, style), "kind": "fact", "source": f"locomo:{t.dia_id}"})
+    # Each session is a thread: a turn follows the turn before it (docs/evaluation.md, "Threads").
+    lines = [json.dumps({"text": memory_text(t, style), "kind": "fact", "source": f"locomo:{t.dia_id}",
+                         "thread": t.dia_id.split(":")[0]})
              for t in conv.turns]
     results = store.import_jsonl(conn, lines, sc, source="locomo")
     return {r.memory["id"]: t.dia_id for r, t in zip(results, conv.turns)}

@@ -2,9 +2,10 @@
 
     python3 benchmarks/search_ablations.py [--data PATH]
 
-Every question's candidates come from recalld.search.candidate_rows (up to 200); each variant
-re-scores the same candidates, so differences are the ranking function's alone. The first row
-is the shipped ranking. docs/evaluation.md records the outcome; kept variants are in
+Every question's candidates come from recalld.search.candidate_rows (40 unless a row says
+otherwise) with the memories that follow them in their threads (recalld.search.thread_context);
+each variant re-scores the same candidates, so differences are the ranking function's alone.
+The first row is the shipped ranking. docs/evaluation.md records the outcome; kept variants are in
 recalld/search.py, the others are here so the numbers can be re-made.
 """
 
@@ -19,6 +20,10 @@ import locomo  # noqa: E402
 
 from recalld import search as S  # noqa: E402
 from recalld.textproc import Stemmer  # noqa: E402
+
+
+SHIPPED = "shipped: coverage (thread context 0.8 / 0.4) + 0.15 bm25 + 0.2 subject label"
+CANDIDATE_COUNTS = (20, 40, 100, 200)
 
 
 def collect(data=None) -> list:
@@ -40,10 +45,14 @@ def collect(data=None) -> list:
                     continue
                 terms, n = S.analyse(conn, q.question, st)
                 present = [t for t in terms if t.df > 0]
-                rows = S.candidate_rows(conn, present, sc, 200) if present else []
                 local = {t.stem: S._idf(proj_n[sc.project], proj_df[sc.project].get(t.stem, 0)) for t in terms}
+                by_count = {}
+                for c in CANDIDATE_COUNTS:
+                    rows, before = S.thread_context(conn, S.candidate_rows(conn, present, sc, c) if present else [], sc)
+                    by_count[c] = [(id2dia[r["id"]], set(r["terms"].split()), r["bm"], r["text"], before.get(r["id"], []))
+                                   for r in rows]
                 out.append({"q": q.question, "ev": q.evidence, "terms": terms, "local_idf": local,
-                            "rows": [(id2dia[r["id"]], set(r["terms"].split()), r["bm"], r["text"]) for r in rows]})
+                            "rows": by_count[S.CANDIDATES], "by_count": by_count})
     finally:
         conn.close()
         info["tmp"].cleanup()
@@ -58,11 +67,20 @@ def has(t, terms, prefix=0) -> bool:
     return False
 
 
-def cover(d, r, p=1.0, prefix=0, skip=(), local_mix=0.0) -> float:
+def cover(d, r, p=1.0, prefix=0, skip=(), local_mix=0.0, threads=None) -> float:
     ts = [t for t in d["terms"] if t.stem not in skip]
     w = {t.stem: ((1 - local_mix) * t.idf + local_mix * d["local_idf"][t.stem]) ** p for t in ts}
     tot = sum(w.values()) or 1.0
-    return sum(w[t.stem] for t in ts if has(t, r[1], prefix)) / tot
+    got = 0.0
+    for t in ts:
+        if has(t, r[1], prefix):
+            got += w[t.stem]
+            continue
+        for weight, prev in zip(S.THREAD_WEIGHTS if threads is None else threads, r[4]):
+            if has(t, prev, prefix):
+                got += weight * w[t.stem]
+                break
+    return got / tot
 
 
 def subject(d, r) -> bool:
@@ -100,7 +118,10 @@ def variants() -> dict:
     def base(d, r, best, **kw):
         return cover(d, r, **kw) + B * r[2] / best + (W if subject(d, r) else 0.0)
 
-    v = {"shipped: coverage + 0.15 bm25 + 0.2 subject label": lambda d, r, b: base(d, r, b)}
+    v = {SHIPPED: lambda d, r, b: base(d, r, b)}
+    for tw in ((0.0, 0.0), (0.5, 0.25), (1.0, 0.5), (0.8, 0.0), (1.0, 1.0)):
+        v[f"thread weights {tw[0]} / {tw[1]}" + (" (no thread context)" if tw == (0.0, 0.0) else "")] = (
+            lambda d, r, b, tw=tw: base(d, r, b, threads=tw))
     v["no subject label"] = lambda d, r, b: cover(d, r) + B * r[2] / b
     for w in (0.1, 0.3):
         v[f"subject label weight {w}"] = lambda d, r, b, w=w: cover(d, r) + B * r[2] / b + (w if subject(d, r) else 0)
@@ -140,10 +161,10 @@ def first_subject(d, r) -> bool:
     return d["_first"] is not None and d["_first"] in d["_labels"].get(r[0], ())
 
 
-def evaluate(data_rows: list, fn, cands: int = 40) -> tuple:
+def evaluate(data_rows: list, fn, cands: int = S.CANDIDATES) -> tuple:
     h1 = r5 = 0
     for d in data_rows:
-        rows = d["rows"][:cands]
+        rows = d["by_count"][cands]
         if not rows:
             continue
         best = min(r[2] for r in rows) or -1.0
@@ -161,11 +182,12 @@ def measure(data=None) -> dict:
     out = {}
     for name, fn in variants().items():
         out[name] = evaluate(rows, fn)
-    shipped = variants()["shipped: coverage + 0.15 bm25 + 0.2 subject label"]
-    for c in (20, 100, 200):
-        out[f"shipped, {c} candidates"] = evaluate(rows, shipped, c)
-    ceiling = {f"k={k}": round(sum(any(r[0] in d["ev"] for r in d["rows"][:k]) for d in rows) / len(rows), 3)
-               for k in (10, 20, 50, 200)}
+    shipped = variants()[SHIPPED]
+    for c in CANDIDATE_COUNTS:
+        if c != S.CANDIDATES:
+            out[f"shipped, {c} candidates"] = evaluate(rows, shipped, c)
+    ceiling = {f"k={k}": round(sum(any(r[0] in d["ev"] for r in d["by_count"][k]) for d in rows) / len(rows), 3)
+               for k in CANDIDATE_COUNTS}
     return {"questions": len(rows),
             "variants": {k: {"hit@1": h1, "recall@5": r5} for k, (h1, r5) in out.items()},
             "candidates_holding_evidence": ceiling}
@@ -182,10 +204,11 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"{res['questions']} questions (categories 1-4); variant: hit@1 recall@5 over the first 40 candidates")
+    print(f"{res['questions']} questions (categories 1-4); variant: hit@1 recall@5 over the first {S.CANDIDATES} candidates"
+          " and the memories that follow them in their threads")
     for k, v in res["variants"].items():
         print(f"  {k:<52} {v['hit@1']:.3f} {v['recall@5']:.3f}")
-    print("  evidence among the first k candidates: "
+    print("  evidence among the first k candidates (with their thread followers): "
           + ", ".join(f"{k}: {v}" for k, v in res["candidates_holding_evidence"].items()))
     return 0
 

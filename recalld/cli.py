@@ -64,13 +64,15 @@ def cli():
 @click.option("--supersedes", multiple=True, help="Memory id this replaces (repeatable).")
 @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here (default: current directory).")
 @click.option("--session", help="Session id, for provenance.")
+@click.option("--thread", help="The conversation or line of work this continues: search reads it with the "
+              "thread's previous memory.")
 @click.option("--json", "as_json", is_flag=True)
-def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, as_json):
+def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, thread, as_json):
     """Commit a memory. Returns once it is on disk and prints every record it changed."""
     conn = open_db()
     try:
         res = store.remember(conn, text, resolve_scope(cwd), scope=scope_name, kind=kind, tell=tell,
-                             always=always, supersedes=supersedes, session=session)
+                             always=always, supersedes=supersedes, session=session, thread=thread)
     except store.MemoryError_ as e:
         raise Fail(str(e))
     if as_json:

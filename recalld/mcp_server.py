@@ -34,13 +34,17 @@ def build():
 
     @server.tool()
     def remember(text: str, kind: str = "fact", scope_name: str = "project", tell: str = "",
-                 always: bool = False, supersedes: list[int] | None = None, cwd: str = "") -> dict:
+                 always: bool = False, supersedes: list[int] | None = None, cwd: str = "",
+                 thread: str = "") -> dict:
         """Commit a memory (durable before it returns). Returns every record it changed and up to
-        three current memories that look related, so you can decide to supersede them."""
+        three current memories that look related, so you can decide to supersede them. `thread`
+        names the conversation or line of work it continues (search then reads it with the
+        thread's previous memory)."""
         conn = db.connect()
         try:
             res = store.remember(conn, text, _scope(cwd), scope=scope_name, kind=kind, tell=tell or None,
-                                 always=always, supersedes=supersedes or [], source="mcp")
+                                 always=always, supersedes=supersedes or [], source="mcp",
+                                 thread=thread or None)
             return {"id": res.memory["id"], "superseded": [m["id"] for m in res.superseded],
                     "changed": [res.memory, *res.superseded], "similar": res.similar}
         except store.MemoryError_ as e:

@@ -318,4 +318,21 @@ CREATE TRIGGER memories_term_stats AFTER INSERT ON memories WHEN trim(new.terms)
 END;
 """,
     ),
+    (
+        5,
+        "threads: a memory may continue a thread (a conversation, a line of work) and follow its previous memory",
+        """
+-- A memory written into a thread (a conversation's session, an imported chat) follows the
+-- thread's previous memory in the same project. Search reads a threaded memory together with
+-- the one or two before it: a reply ("charades and a scavenger hunt") is about what it answers.
+ALTER TABLE memories ADD COLUMN thread TEXT;
+ALTER TABLE memories ADD COLUMN follows INTEGER REFERENCES memories(id);
+CREATE INDEX memories_thread ON memories(project, thread, id) WHERE thread IS NOT NULL;
+CREATE INDEX memories_follows ON memories(follows) WHERE follows IS NOT NULL;
+-- Where a memory sits is part of what it says: it never moves.
+CREATE TRIGGER memories_no_rethread BEFORE UPDATE OF thread, follows ON memories BEGIN
+    SELECT RAISE(ABORT, 'memories are immutable: supersede instead');
+END;
+""",
+    ),
 ]

@@ -39,6 +39,11 @@ BM25_WEIGHT = 0.15
 MEMORY_SIDE = True
 LONG_PROMPT_TERMS = 10
 SUBJECT_WEIGHT = 0.2
+# A threaded memory (migration 5) is read with the thread's previous memory, whose terms count
+# at THREAD_WEIGHTS[0] of their weight, and the one before that at THREAD_WEIGHTS[1]: in a
+# conversation the answer ("charades and a scavenger hunt") rarely repeats the question's words,
+# the turns before it do. Chosen on the LoCoMo development split (docs/evaluation.md, "Threads").
+THREAD_WEIGHTS = (0.8, 0.4)
 
 
 # Plain classes: `dataclasses` imports `inspect`, the single most expensive import on the
@@ -47,16 +52,17 @@ SUBJECT_WEIGHT = 0.2
 
 class Hit:
     __slots__ = ("id", "text", "tell", "kind", "scope", "project", "agent", "always", "created_at",
-                 "score", "bm25", "matched")
+                 "score", "bm25", "matched", "context")
 
     def __init__(self, id: int, text: str, tell: "str | None", kind: str, scope: str, project: str,
                  agent: str, always: bool, created_at: str, score: float, bm25: float,
-                 matched: "list | None" = None):
+                 matched: "list | None" = None, context: "list | None" = None):
         self.id, self.text, self.tell, self.kind, self.scope = id, text, tell, kind, scope
         self.project, self.agent, self.always, self.created_at = project, agent, always, created_at
         self.score = score  # comparable across queries: weighted query-term coverage, 0..1
         self.bm25 = bm25  # FTS5 bm25 (lower is better); only comparable within one query
         self.matched = [] if matched is None else matched
+        self.context = [] if context is None else context  # terms matched only by the thread's earlier memories
 
     def __repr__(self) -> str:
         return f"Hit(m{self.id}, score={self.score:.3f})"
@@ -67,6 +73,7 @@ class Hit:
             "scope": self.scope, "project": self.project, "agent": self.agent,
             "always": self.always, "created_at": self.created_at,
             "score": round(self.score, 4), "bm25": round(self.bm25, 4), "matched": self.matched,
+            "context": self.context,
         }
 
 
@@ -194,8 +201,8 @@ def _term_expr(t: QueryTerm) -> str:
     return _quote(t.word)
 
 
-SELECT_HIT = """SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
-                       m.created_at, m.terms{bm}
+ROW_COLUMNS = "m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always, m.created_at, m.terms, m.follows"
+SELECT_HIT = """SELECT """ + ROW_COLUMNS + """{bm}
                 FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
                 WHERE memories_fts MATCH ? AND {where}"""
 
@@ -221,8 +228,7 @@ def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candid
         return conn.execute(sql + " ORDER BY bm LIMIT ?", (_match_expr(ranked), *params, candidates)).fetchall()
     # The newest SCAN_CAP matches at most: a project idle for a long time behind busier ones
     # must not turn this into a walk over every posting.
-    sql = f"""SELECT m.id, m.text, m.tell, m.kind, m.scope, m.project, m.agent, m.always,
-                     m.created_at, m.terms, 0.0 AS bm
+    sql = f"""SELECT {ROW_COLUMNS}, 0.0 AS bm
               FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?
                     ORDER BY rowid DESC LIMIT {SCAN_CAP}) f
               JOIN memories m ON m.id = f.rowid
@@ -245,6 +251,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     if not present:
         return []
     rows = candidate_rows(conn, present, scope, candidates)
+    rows, before = thread_context(conn, rows, scope)
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
     have_of = [set(r["terms"].split()) for r in rows]
@@ -254,6 +261,17 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     for r, have in zip(rows, have_of):
         matched = [t for t in terms if t.in_(have)]
         got = sum(t.idf for t in matched)
+        earlier = before.get(r["id"])
+        via = []
+        if earlier:
+            for t in terms:
+                if t in matched:
+                    continue
+                for weight, prev in zip(THREAD_WEIGHTS, earlier):
+                    if t.in_(prev):
+                        via.append(t)
+                        got += weight * t.idf
+                        break
         cover = got / total_idf
         if mem_idf and len(matched) >= 2:
             # Long verbatim prompts (a traceback, a page of instructions) cover a small share
@@ -263,12 +281,12 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
             # two or more of the memory's terms are mentioned.
             mass = sum(map(mem_idf.__getitem__, have))
             if mass > 0:
-                cover = max(cover, min(1.0, got / mass))
+                cover = max(cover, min(1.0, sum(t.idf for t in matched) / mass))
         hits.append(Hit(
             id=r["id"], text=r["text"], tell=r["tell"], kind=r["kind"], scope=r["scope"],
             project=r["project"], agent=r["agent"], always=bool(r["always"]),
             created_at=r["created_at"], score=cover, bm25=r["bm"],
-            matched=[t.stem for t in matched],
+            matched=[t.stem for t in matched], context=[t.stem for t in via],
         ))
     # Coverage decides first (it is what the floor reads); bm25 breaks near-ties, and a
     # memory whose subject label the query names ("Caroline: ...", "alembic: ...") is about
@@ -277,6 +295,60 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     hits.sort(key=lambda h: -(h.score + BM25_WEIGHT * (h.bm25 / best_bm)
                               + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)))
     return [h for h in hits if h.score >= floor][:limit]
+
+
+def thread_context(conn: sqlite3.Connection, rows: list, scope: Scope) -> tuple[list, dict]:
+    """The rows plus the memories that follow them in their threads (up to len(THREAD_WEIGHTS)
+    steps on), and {row id: [terms of the memory it follows, of the one before that, ...]}.
+
+    Only current memories this scope may read count, as results and as context: a superseded
+    turn no longer speaks for the one after it. A store without threads pays one index probe."""
+    if not rows or conn.execute("SELECT 1 FROM memories WHERE follows IS NOT NULL LIMIT 1").fetchone() is None:
+        return rows, {}
+    where, params = scope.where("m")
+    by_id = {r["id"]: r for r in rows}
+    out, frontier = list(rows), list(by_id)
+    for _ in THREAD_WEIGHTS:
+        marks = ",".join("?" * len(frontier))
+        new = [r for r in conn.execute(f"SELECT {ROW_COLUMNS}, 0.0 AS bm FROM memories m "
+                                       f"WHERE m.follows IN ({marks}) AND {where}", (*frontier, *params))
+               if r["id"] not in by_id]
+        if not new:
+            break
+        by_id.update((r["id"], r) for r in new)
+        out.extend(new)
+        frontier = [r["id"] for r in new]
+    terms = {i: r["terms"] for i, r in by_id.items()}
+    follows = {i: r["follows"] for i, r in by_id.items()}
+    for _ in THREAD_WEIGHTS:
+        need = sorted({f for f in follows.values() if f is not None and f not in terms})
+        if not need:
+            break
+        terms.update(dict.fromkeys(need))  # None: not readable here
+        marks = ",".join("?" * len(need))
+        for i, t, f in conn.execute(f"SELECT m.id, m.terms, m.follows FROM memories m "
+                                    f"WHERE m.id IN ({marks}) AND {where}", (*need, *params)):
+            terms[i], follows[i] = t, f
+    context = {}
+    for r in out:
+        chain, p = [], r["follows"]
+        while p is not None and terms.get(p) is not None and len(chain) < len(THREAD_WEIGHTS):
+            chain.append(set(terms[p].split()))
+            p = follows.get(p)
+        if chain:
+            context[r["id"]] = chain
+    return out, context
+
+
+def thread_texts(conn: sqlite3.Connection, ids: list, scope: Scope) -> dict:
+    """{memory id: text of the memory it follows in its thread}, for those whose predecessor is
+    current and readable in this scope: what a model reads before the memory itself."""
+    if not ids:
+        return {}
+    where, params = scope.where("p")
+    marks = ",".join("?" * len(ids))
+    return dict(conn.execute(f"SELECT m.id, p.text FROM memories m JOIN memories p ON p.id = m.follows "
+                             f"WHERE m.id IN ({marks}) AND {where}", (*ids, *params)).fetchall())
 
 
 def _memory_idf(conn, have_of: list, terms: list, n_docs: int) -> dict:

@@ -21,7 +21,9 @@ NEGATIONS = {"not", "never", "no", "don't", "dont", "avoid", "instead", "stop", 
              "isn't", "doesn't", "can't", "cannot", "shouldn't", "mustn't", "deprecated", "removed"}
 
 MEMORY_COLUMNS = ("id", "text", "kind", "scope", "project", "agent", "tell", "always", "session",
-                  "source", "created_at", "valid_from", "invalid_at", "superseded_by", "invalid_reason")
+                  "source", "created_at", "valid_from", "invalid_at", "superseded_by", "invalid_reason",
+                  "thread", "follows")
+MAX_THREAD = 200
 
 
 class MemoryError_(ValueError):
@@ -65,6 +67,17 @@ def visible(mem: dict, sc: Scope) -> bool:
     if mem["project"] != sc.project:
         return False
     return mem["scope"] == "project" or mem["agent"] == sc.agent
+
+
+def _validate_thread(thread) -> "str | None":
+    if thread is None:
+        return None
+    if not isinstance(thread, str):
+        raise MemoryError_("thread must be a string")
+    thread = " ".join(thread.split())
+    if len(thread) > MAX_THREAD:
+        raise MemoryError_(f"thread name is {len(thread)} characters; the limit is {MAX_THREAD}")
+    return thread or None
 
 
 def _validate(text, kind, scope_name, tell) -> tuple[str, "str | None"]:
@@ -114,13 +127,18 @@ def similar(conn: sqlite3.Connection, text: str, sc: Scope, *, exclude=(), limit
 def remember(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "project",
              kind: str = "fact", tell: "str | None" = None, always: bool = False,
              supersedes=(), session: "str | None" = None, source: str = "cli",
-             check_similar: bool = True) -> WriteResult:
+             thread: "str | None" = None, check_similar: bool = True) -> WriteResult:
+    """Write one memory. `thread` names the conversation or line of work it continues: it then
+    follows the thread's previous memory in this project, and search reads it with that one's
+    words (docs/architecture.md, "Threads")."""
     text, tell = _validate(text, kind, scope, tell)
+    thread = _validate_thread(thread)
     old_ids = [parse_id(s) for s in supersedes]
     aux, terms = _index_terms(conn, text, tell)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms)
+        new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
+                                thread=thread)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -154,7 +172,7 @@ def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
 
 
 def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                   action: str = "created") -> int:
+                   action: str = "created", thread: "str | None" = None) -> int:
     """The rows of one write; the caller holds the transaction."""
     for oid in old_ids:
         old = get(conn, oid)
@@ -166,11 +184,15 @@ def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, 
             raise MemoryError_(f"m{oid} is already invalid since {old['invalid_at']}"
                                + (f" (superseded by m{old['superseded_by']})" if old["superseded_by"] else ""))
     now = receipts.now_iso()
+    # Read inside the write transaction, so two writers cannot both follow the same memory.
+    follows = conn.execute("SELECT max(id) FROM memories WHERE project = ? AND thread = ?",
+                           (sc.project, thread)).fetchone()[0] if thread else None
     cur = conn.execute(
         """INSERT INTO memories (text, kind, scope, project, agent, tell, always, session, source,
-                                 created_at, valid_from, aux, terms)
-           VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-        (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms))
+                                 created_at, valid_from, aux, terms, thread, follows)
+           VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+        (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms,
+         thread, follows))
     new_id = cur.lastrowid
     conn.execute("INSERT INTO memory_changes (time, memory_id, action, session) VALUES (?,?,?,?)",
                  (now, new_id, action, session))
@@ -232,7 +254,7 @@ def history(conn: sqlite3.Connection, mid) -> list[dict]:
     return chain
 
 
-IMPORT_FIELDS = {"text", "scope", "kind", "tell", "always", "supersedes", "session", "source", "cwd"}
+IMPORT_FIELDS = {"text", "scope", "kind", "tell", "always", "supersedes", "session", "source", "cwd", "thread"}
 
 
 def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: str = "import") -> list[WriteResult]:
@@ -257,6 +279,7 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
             text, tell = _validate(obj.get("text"), obj.get("kind", "fact"), obj.get("scope", "project"), obj.get("tell"))
             sup = obj.get("supersedes") or []
             sup = [parse_id(s) for s in (sup if isinstance(sup, list) else [sup])]
+            obj["thread"] = _validate_thread(obj.get("thread"))
         except MemoryError_ as e:
             raise MemoryError_(f"line {n}: {e}")
         parsed.append((n, obj, text, tell, sc, sup))
@@ -270,7 +293,7 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
             try:
                 nid = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
                                      obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
-                                     aux, terms, action="imported")
+                                     aux, terms, action="imported", thread=obj["thread"])
             except MemoryError_ as e:
                 raise MemoryError_(f"line {n}: {e}") from None
             results.append((nid, sup))

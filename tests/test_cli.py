@@ -48,6 +48,9 @@ def test_import_bad_line_writes_nothing(home, project, tmp_path):
 def test_history_and_retract(home, project):
     a = json.loads(ok(["remember", "CI runs on Jenkins.", "--cwd", str(project), "--json"]))["id"]
     b = json.loads(ok(["remember", "CI runs on GitHub Actions.", "--supersedes", str(a), "--cwd", str(project), "--json"]))["id"]
+    c = json.loads(ok(["remember", "CI caches wheels.", "--thread", "ci", "--cwd", str(project), "--json"]))
+    d = json.loads(ok(["remember", "CI wheels expire weekly.", "--thread", "ci", "--cwd", str(project), "--json"]))
+    assert d["changed"][0]["thread"] == "ci" and d["changed"][0]["follows"] == c["id"]
     out = ok(["history", f"m{a}"])
     assert f"m{a}" in out and f"superseded by m{b}" in out and "created" in out
     ok(["retract", str(b), "--why", "CI moved again", "--cwd", str(project)])

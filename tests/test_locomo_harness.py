@@ -82,6 +82,12 @@ def test_each_conversation_is_its_own_project_written_through_the_store(data):
         rows = conn.execute("SELECT project, count(*), min(source) FROM memories GROUP BY project ORDER BY project").fetchall()
         assert [(r[0], r[1]) for r in rows] == [("/locomo/conv-a", 5), ("/locomo/conv-b", 2)]
         assert conn.execute("SELECT count(*) FROM memory_changes WHERE action = 'imported'").fetchone()[0] == 7
+        # each session is a thread: a turn follows the one before it, never across sessions
+        dia = {i: d for m in info["maps"].values() for i, d in m.items()}
+        rows = conn.execute("SELECT id, thread, follows FROM memories WHERE project = '/locomo/conv-a' ORDER BY id")
+        assert [(dia[i], t, dia.get(f)) for i, t, f in rows] == [
+            ("D1:1", "D1", None), ("D1:2", "D1", "D1:1"), ("D1:3", "D1", "D1:2"),
+            ("D2:1", "D2", None), ("D2:2", "D2", "D2:1")]
         # the other conversation's greyhound never answers this one's question
         q = next(a for a in asked if a.question.startswith("What is the name"))
         assert {d for d, _, _ in q.recalld} <= {"D1:1", "D1:2", "D1:3", "D2:1", "D2:2"}

@@ -42,7 +42,7 @@ def test_mcp_tools_round_trip(home, project):
         ("remember", {"text": "The exporter writes cents as integers, never floats.", "kind": "constraint",
                       "cwd": str(project)}),
         ("remember", {"text": "The exporter writes cents as integer strings since the CSV change.",
-                      "supersedes": [1], "cwd": str(project)}),
+                      "supersedes": [1], "cwd": str(project), "thread": "exporter"}),
         ("search", {"query": "exporter cents floats", "cwd": str(project)}),
         ("history", {"memory_id": 1}),
         ("remember", {"text": "", "cwd": str(project)}),
@@ -50,7 +50,7 @@ def test_mcp_tools_round_trip(home, project):
     rem, rem2, found, hist, bad = results
     assert {"search", "remember", "history", "retract"} <= tools
     assert _payload(rem)["id"] == 1
-    assert _payload(rem2)["superseded"] == [1]
+    assert _payload(rem2)["superseded"] == [1] and _payload(rem2)["changed"][0]["thread"] == "exporter"
     assert [h["id"] for h in _payload(found)] == [2]
     assert [m["id"] for m in _payload(hist)] == [1, 2]
     assert bad.is_error and "empty" in bad.content[0].text

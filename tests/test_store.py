@@ -119,3 +119,34 @@ def test_import_supersedes_and_names_the_failing_line(conn, sc):
     with pytest.raises(store.MemoryError_, match="line 3: m.* already invalid"):
         store.import_jsonl(conn, ['{"text": "fine"}', "", f'{{"text": "again", "supersedes": [{a["id"]}]}}'], sc)
     assert [c["action"] for c in store.history(conn, a["id"])[1]["changes"]] == ["imported"]
+
+
+def test_threads_link_each_memory_to_the_previous_one_in_its_project(conn, sc, tmp_path):
+    other = scope.Scope(project=str(tmp_path / "elsewhere"), agent="main")
+    a = store.remember(conn, "first turn", sc, thread="chat-1", check_similar=False).memory
+    elsewhere = store.remember(conn, "same thread name, other project", other, thread="chat-1",
+                               check_similar=False).memory
+    loose = store.remember(conn, "no thread", sc, check_similar=False).memory
+    b = store.remember(conn, "second turn", sc, thread="  chat-1 ", check_similar=False).memory
+    c = store.remember(conn, "another thread", sc, thread="chat-2", check_similar=False).memory
+    assert (a["thread"], a["follows"]) == ("chat-1", None)
+    assert (b["thread"], b["follows"]) == ("chat-1", a["id"])
+    assert elsewhere["follows"] is None and loose["thread"] is None and loose["follows"] is None
+    assert c["follows"] is None
+    # imports thread line by line, inside their one transaction
+    res = store.import_jsonl(conn, ['{"text": "third turn", "thread": "chat-1"}',
+                                    '{"text": "fourth turn", "thread": "chat-1"}'], sc)
+    assert [r.memory["follows"] for r in res] == [b["id"], res[0].memory["id"]]
+    with pytest.raises(sqlite3.DatabaseError, match="immutable"):
+        conn.execute("UPDATE memories SET follows = NULL WHERE id = ?", (b["id"],))
+    with pytest.raises(sqlite3.DatabaseError, match="immutable"):
+        conn.execute("UPDATE memories SET thread = 'moved' WHERE id = ?", (b["id"],))
+
+
+def test_bad_threads_are_clear_errors_and_write_nothing(conn, sc):
+    before = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+    with pytest.raises(store.MemoryError_, match="line 2: thread must be a string"):
+        store.import_jsonl(conn, ['{"text": "fine", "thread": "t"}', '{"text": "bad", "thread": 7}'], sc)
+    with pytest.raises(store.MemoryError_, match="thread name is 201 characters"):
+        store.remember(conn, "fine", sc, thread="x" * 201, check_similar=False)
+    assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before
