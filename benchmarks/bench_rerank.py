@@ -1,5 +1,5 @@
 """Background re-ranking on LoCoMo: the pre-step order next to the local model's re-ranked
-order (recalld.rerank: query likelihood + coverage) on the same sampled questions.
+order (recalld.rerank: query likelihood + the search's ranking key) on the same sampled questions.
 
     python3 benchmarks/bench_rerank.py [--n N] [--quick] [--data PATH] [--json]
 

@@ -8,8 +8,10 @@ works with any small causal model: how much a memory helps the model predict the
 
 which is exactly the judge's score (recalld.judge.score_texts), so one decode per candidate
 serves both the re-ranking and the judge's threshold. The final order adds the search's own
-coverage score, weighted by SEARCH_WEIGHT: lexical coverage and model likelihood fail on
-different questions (docs/evaluation.md has the measurements behind the weight).
+ranking key (`Hit.rank`: coverage with thread context, bm25, subject label), weighted by
+SEARCH_WEIGHT. docs/evaluation.md has the measurements behind the weight, and the finding that
+with the embedded 135M model the re-ranked order is no better than the search's own, which is
+why the daemon's pass keeps the search order.
 
 Not on the hook's path: this imports the model runtime.
 """
@@ -22,7 +24,9 @@ from recalld.scope import Scope
 from recalld.search import Hit, search
 
 RERANK_TOP = 10
-SEARCH_WEIGHT = 1.0
+# On the search's ranking key, not its coverage `score`: adding coverage alone dropped the
+# subject-label and bm25 terms, and measured 0.479 hit@1 against 0.512 (121 questions).
+SEARCH_WEIGHT = 3.0
 
 
 @dataclass
@@ -38,7 +42,7 @@ class Ranked:
 
 def rerank(runtime, query: str, hits: list, *, top: int = RERANK_TOP, search_weight: float = SEARCH_WEIGHT,
            deadline: "float | None" = None) -> list:
-    """Hits re-ordered: the first `top` by ql + search_weight * coverage, then any the
+    """Hits re-ordered: the first `top` by ql + search_weight * the search's ranking key, then any the
     deadline (time.monotonic()) left unscored, then the rest, each in search order."""
     head, tail = hits[:top], hits[top:]
     if not head:
@@ -52,7 +56,7 @@ def rerank(runtime, query: str, hits: list, *, top: int = RERANK_TOP, search_wei
         if s is None:
             unscored.append(Ranked(h, None, None))
         else:
-            scored.append(Ranked(h, s, s + search_weight * h.score))
+            scored.append(Ranked(h, s, s + search_weight * h.rank))
     scored.sort(key=lambda r: -r.rank_score)
     return scored + unscored + [Ranked(h, None, None) for h in tail]
 

@@ -52,7 +52,7 @@ THREAD_WEIGHTS = (0.8, 0.4)
 
 class Hit:
     __slots__ = ("id", "text", "tell", "kind", "scope", "project", "agent", "always", "created_at",
-                 "score", "bm25", "matched", "context")
+                 "score", "bm25", "matched", "context", "rank")
 
     def __init__(self, id: int, text: str, tell: "str | None", kind: str, scope: str, project: str,
                  agent: str, always: bool, created_at: str, score: float, bm25: float,
@@ -63,6 +63,7 @@ class Hit:
         self.bm25 = bm25  # FTS5 bm25 (lower is better); only comparable within one query
         self.matched = [] if matched is None else matched
         self.context = [] if context is None else context  # terms matched only by the thread's earlier memories
+        self.rank = score  # the ordering key search() sorts by (score + bm25 and subject terms); per query only
 
     def __repr__(self) -> str:
         return f"Hit(m{self.id}, score={self.score:.3f})"
@@ -292,8 +293,9 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     # memory whose subject label the query names ("Caroline: ...", "alembic: ...") is about
     # that subject rather than merely mentioning it.
     words = {t.word.lower() for t in terms} | {t.stem for t in terms}
-    hits.sort(key=lambda h: -(h.score + BM25_WEIGHT * (h.bm25 / best_bm)
-                              + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)))
+    for h in hits:
+        h.rank = h.score + BM25_WEIGHT * (h.bm25 / best_bm) + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)
+    hits.sort(key=lambda h: -h.rank)
     return [h for h in hits if h.score >= floor][:limit]
 
 

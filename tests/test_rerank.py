@@ -38,7 +38,7 @@ def test_rerank_orders_by_likelihood_plus_coverage(conn, stocked, rt):
     scores = [r.rank_score for r in ranked]
     assert scores == sorted(scores, reverse=True)
     for r in ranked:
-        assert r.rank_score == pytest.approx(r.ql + rerank.SEARCH_WEIGHT * r.hit.score)
+        assert r.rank_score == pytest.approx(r.ql + rerank.SEARCH_WEIGHT * r.hit.rank)
     assert ranked[0].hit.text == ANSWER
 
 

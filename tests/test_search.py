@@ -285,3 +285,11 @@ def test_thread_context_only_from_current_memories_this_scope_may_read(conn, sc,
     hits = {h.id: h for h in search(conn, "zeppelin picnic games list fridge", sc, limit=20)}
     assert "zeppelin" not in hits[after["id"]].context
     assert "zeppelin" in {h.id: h for h in search(conn, "zeppelin fridge", helper, limit=20)}[after["id"]].context
+
+
+def test_hits_come_in_the_order_of_their_rank_key(conn, sc, ids):
+    _chat(conn, sc, PICNIC, "picnic")
+    hits = search(conn, PICNIC_Q, sc, limit=20)
+    assert len(hits) == 3
+    assert [h.rank for h in hits] == sorted((h.rank for h in hits), reverse=True)
+    assert all(h.rank >= h.score for h in hits)  # the bm25 and subject terms only add
