@@ -139,7 +139,12 @@ def compare(rows: list, m: int) -> dict:
 
 
 def _select(cands: list, t: float, m: int) -> list:
-    """judge.select on (dia, search, judge) triples: the best m at or above t."""
+    """judge.select on (dia, search, judge) triples in search order: the first m at or above t."""
+    return [d for d, _, j in cands if j is not None and j >= t][:m]
+
+
+def _select_best_judged(cands: list, t: float, m: int) -> list:
+    """The rule before threads, kept for the comparison: the m best judge scores at or above t."""
     above = sorted((c for c in cands if c[2] is not None and c[2] >= t), key=lambda c: -c[2])
     return [d for d, _, _ in above[:m]]
 
@@ -150,7 +155,7 @@ def _outcomes_feats(rows: list, f, t: float, m: int) -> dict:
         score = {c["dia"]: f(c) for c in r["feats"]}
         by.append({"category": r["category"], "evidence": r["evidence"],
                    "cands": [(d, s, score.get(d)) for d, s, _ in r["cands"]]})
-    return outcomes(by, lambda cands: _select(cands, t, m))
+    return outcomes(by, lambda cands: _select_best_judged(cands, t, m))
 
 
 def calibrate(curve: dict) -> tuple:
@@ -232,7 +237,8 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "max_pass": max_pass,
         "curve": curve,
         "curve_pass_all_above": curve_all,
-        "judge_rerank_top1": outcomes(rows, lambda c: _select(c, -math.inf, 1)),
+        "judge_rerank_top1": outcomes(rows, lambda c: _select_best_judged(c, -math.inf, 1)),
+        "best_judged_above_threshold": outcomes(rows, lambda c: _select_best_judged(c, threshold, max_pass)),
         "judge_ms_per_candidate_p50": round(statistics.median(per_cand_ms), 1) if per_cand_ms else None,
         "judge_ms_per_need_p50": round(statistics.median(per_need_ms), 1) if per_need_ms else None,
         "judge_ms_per_need_p90": round(sorted(per_need_ms)[int(0.9 * (len(per_need_ms) - 1))], 1)

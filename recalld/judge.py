@@ -13,8 +13,8 @@ predict the need:
 A memory that answers the need makes its words predictable (names, places, the error text);
 an unrelated memory does not, and the per-token average keeps long and short needs on one
 scale. The "no memory" likelihood is computed once per need; every candidate costs one
-decode of its memory plus the need. Of the candidates at or above the threshold, only the best
-judge.max_pass (default 1) pass.
+decode of its memory plus the need. Of the candidates at or above the threshold, the first
+judge.max_pass (default 1) in search order pass.
 
 When no model is available the result says so (available=False, error=why) and nothing
 passes: the judge never degrades to "inject everything".
@@ -113,18 +113,19 @@ def score_texts(runtime, need: str, texts: list, deadline: "float | None" = None
 
 
 def select(cands: list, threshold: float, max_pass: int) -> list:
-    """What passes: candidates at or above the threshold, best judge score first, at most
-    max_pass of them. Measured on LoCoMo dev (docs/judge.md), passing only the best one raised
-    the precision of what is injected from 0.27 to 0.49 at the same threshold band; the
-    runner-up above the threshold was far more often a near miss than a second answer."""
+    """What passes: candidates at or above the threshold, in search order, at most max_pass of
+    them. The model gates and the search orders. Measured on LoCoMo dev (docs/judge.md):
+    passing only one raised the precision of what is injected from 0.27 to 0.49 at the same
+    threshold band, and once search read threads, its order picked better among the candidates
+    above the threshold than the judge score did (precision 0.478 against 0.456 at 1.3, 150
+    questions)."""
     above = [v for v in cands if v.judge_score is not None and v.judge_score >= threshold]
-    above.sort(key=lambda v: -v.judge_score)  # stable: search order breaks ties
     return above[: max(0, max_pass)]
 
 
 def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeResult:
-    """Search -> top judge.max_candidates -> judge each -> pass the best judge.max_pass of
-    those at or above judge.threshold."""
+    """Search -> top judge.max_candidates -> judge each -> pass the first judge.max_pass of
+    those at or above judge.threshold, in search order."""
     from recalld.search import search
 
     jcfg = cfg.get("judge") or {}
@@ -176,5 +177,4 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeR
     if unscored and res.error is None:
         res.error = f"judge timed out after {timeout_s:g} s; {unscored} of {len(cands)} candidates unjudged"
     res.passed = [v for v in cands if v.passed]
-    res.passed.sort(key=lambda v: -v.judge_score)
     return res

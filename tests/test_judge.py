@@ -12,6 +12,7 @@ import pytest
 
 from recalld import judge, llm, settings, store
 from recalld.scope import resolve
+from recalld.search import search
 from tests.conftest import TRANSCRIPTS, run_recalld
 
 EMBEDDED = llm.embedded_path()
@@ -64,7 +65,7 @@ def test_the_answer_outscores_the_near_miss(conn, stocked, rt):
         assert best.memory_id == ids[answer]
         above = [v for v in res.candidates if v.judge_score >= res.threshold]
         m = cfg["judge"]["max_pass"]
-        assert res.passed == sorted(above, key=lambda v: -v.judge_score)[:m]
+        assert res.passed == above[:m]  # candidates come in search order; the judge only gates
 
 
 def test_scores_are_deterministic(conn, stocked, rt):
@@ -76,16 +77,25 @@ def test_scores_are_deterministic(conn, stocked, rt):
     assert [(v.memory_id, v.judge_score) for v in a.candidates] == [(v.memory_id, v.judge_score) for v in b.candidates]
 
 
-def test_only_the_best_above_the_threshold_passes(conn, stocked, rt):
+def test_the_first_in_search_order_above_the_threshold_passes(conn, stocked, rt):
     sc, ids = stocked
     need, answer, miss = PAIRS[0]
     cfg = settings.load()
     cfg["judge"]["threshold"] = -100.0  # everything is above it
     res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
-    assert [v.memory_id for v in res.passed] == [ids[answer]]
+    order = [v.memory_id for v in res.candidates]
+    assert order == [h.id for h in search(conn, need, sc, limit=len(order))]
+    assert [v.memory_id for v in res.passed] == order[:1]
     cfg["judge"]["max_pass"] = 5
     res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
-    assert len(res.passed) == len(res.candidates) and res.passed[0].memory_id == ids[answer]
+    assert [v.memory_id for v in res.passed] == order
+    # a threshold just above the first candidate's score: the gate skips it
+    first = res.candidates[0].judge_score
+    cfg["judge"]["max_pass"] = 1
+    cfg["judge"]["threshold"] = first + 1e-3
+    res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
+    want = [v.memory_id for v in res.candidates if v.judge_score >= first + 1e-3][:1]
+    assert [v.memory_id for v in res.passed] == want and order[0] not in want
     cfg["judge"]["threshold"] = 100.0
     assert judge.judge_need(conn, need, sc, cfg, runtime=rt).passed == []
 
@@ -137,8 +147,7 @@ def test_cli_json_shape(home, project, stocked):
     for c in out["candidates"]:
         assert set(c) >= {"memory_id", "text", "search_score", "judge_score", "passed"}
         assert not c["passed"] or c["judge_score"] >= out["threshold"]
-    best = max(out["candidates"], key=lambda c: c["judge_score"])
-    assert out["passed"] == ([best["memory_id"]] if best["judge_score"] >= out["threshold"] else [])
+    assert out["passed"] == [c["memory_id"] for c in out["candidates"] if c["judge_score"] >= out["threshold"]][:1]
     assert any(c["text"] == answer for c in out["candidates"])
     r = run_recalld(["judge", need, "--cwd", str(project)], env={**env, "RECALLD_MODEL": "off"})
     assert r.returncode == 0 and b"judge unavailable: disabled by RECALLD_MODEL=off" in r.stdout
