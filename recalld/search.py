@@ -259,17 +259,21 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     long_prompt = MEMORY_SIDE and len(terms) >= LONG_PROMPT_TERMS
     mem_idf = _memory_idf(conn, have_of, terms, n_docs) if long_prompt else {}
     hits = []
+    # Each term's stems as a set: `isdisjoint` runs in C, and this loop runs for every term of
+    # every candidate (and its thread context).
+    keyed = [(t, frozenset((t.stem, *t.alts))) for t in terms]
     for r, have in zip(rows, have_of):
-        matched = [t for t in terms if t.in_(have)]
-        got = sum(t.idf for t in matched)
+        matched, missing = [], []
+        for t, keys in keyed:
+            (missing if have.isdisjoint(keys) else matched).append((t, keys))
+        got = sum(t.idf for t, _ in matched)
+        matched = [t for t, _ in matched]
         earlier = before.get(r["id"])
         via = []
         if earlier:
-            for t in terms:
-                if t in matched:
-                    continue
+            for t, keys in missing:
                 for weight, prev in zip(THREAD_WEIGHTS, earlier):
-                    if t.in_(prev):
+                    if not prev.isdisjoint(keys):
                         via.append(t)
                         got += weight * t.idf
                         break
@@ -331,11 +335,13 @@ def thread_context(conn: sqlite3.Connection, rows: list, scope: Scope) -> tuple[
         for i, t, f in conn.execute(f"SELECT m.id, m.terms, m.follows FROM memories m "
                                     f"WHERE m.id IN ({marks}) AND {where}", (*need, *params)):
             terms[i], follows[i] = t, f
-    context = {}
+    context, sets = {}, {}
     for r in out:
         chain, p = [], r["follows"]
         while p is not None and terms.get(p) is not None and len(chain) < len(THREAD_WEIGHTS):
-            chain.append(set(terms[p].split()))
+            if p not in sets:
+                sets[p] = set(terms[p].split())
+            chain.append(sets[p])
             p = follows.get(p)
         if chain:
             context[r["id"]] = chain
