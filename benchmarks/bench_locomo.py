@@ -4,8 +4,9 @@
 
 Figures: hit@1 and recall@5 per category and overall (categories 1-4) for recalld and the
 baseline; the pre-step floor as an abstention curve (adversarial questions that inject nothing
-vs answerable ones whose evidence is injected); the memory-text styles compared; and, when a
-local model is available, the background pass's re-ranked hit@1.
+vs answerable ones whose evidence is injected); the memory-text styles compared; the same
+turns imported without threads; and, when a local model is available, the background pass's
+re-ranked hit@1.
 """
 
 import json
@@ -51,6 +52,12 @@ def run(quick: bool = False, data=None) -> dict:
                              "bm25 hit@1": s["baseline"]["overall"]["hit@1"],
                              "bm25 recall@5": s["baseline"]["overall"]["recall@5"]}
         out["styles"] = styles
+        a, _ = locomo.ask_all(data, locomo.DEFAULT_STYLE, threads=False)
+        s = locomo.quality(a)
+        out["without_threads"] = {"recalld hit@1": s["recalld"]["overall"]["hit@1"],
+                                  "recalld recall@5": s["recalld"]["overall"]["recall@5"],
+                                  "bm25 hit@1": s["baseline"]["overall"]["hit@1"],
+                                  "bm25 recall@5": s["baseline"]["overall"]["recall@5"]}
     out["plots"] = [
         {"file": "locomo_quality.png", "kind": "bar", "title": "LoCoMo recall: recalld pre-step vs FTS5 BM25",
          "x": CATS, "ylabel": "share of questions",

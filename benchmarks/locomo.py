@@ -5,9 +5,10 @@ the same memory texts in the same run.
 The data is CC BY-NC 4.0: it is read from where it lies (default: the development split in
 ../shared/data/locomo/), never copied into this repository.
 
-    python3 benchmarks/locomo.py [--data PATH] [--style speaker+date] [--json]
+    python3 benchmarks/locomo.py [--data PATH] [--style speaker+date] [--no-threads] [--json]
 
-Retrieval unit: one turn (`dia_id`) = one memory; each conversation is its own project.
+Retrieval unit: one turn (`dia_id`) = one memory; each conversation is its own project, each
+session a thread (docs/evaluation.md, "Threads"; --no-threads imports the turns without).
 hit@1: the first result is an evidence turn. recall@5: any evidence turn is in the first 5.
 Questions whose evidence names no turn of the conversation are left out (and counted).
 """
@@ -139,12 +140,12 @@ def scope_for(conv: Conversation) -> Scope:
     return Scope(project=f"/locomo/{conv.sample_id}", agent="main")
 
 
-def index(conn: sqlite3.Connection, conv: Conversation, style: str = DEFAULT_STYLE) -> dict:
+def index(conn: sqlite3.Connection, conv: Conversation, style: str = DEFAULT_STYLE, threads: bool = True) -> dict:
     """Write the turns through the real import path; returns {memory id: dia_id}."""
     sc = scope_for(conv)
     # Each session is a thread: a turn follows the turn before it (docs/evaluation.md, "Threads").
     lines = [json.dumps({"text": memory_text(t, style), "kind": "fact", "source": f"locomo:{t.dia_id}",
-                         "thread": t.dia_id.split(":")[0]})
+                         **({"thread": t.dia_id.split(":")[0]} if threads else {})})
              for t in conv.turns]
     results = store.import_jsonl(conn, lines, sc, source="locomo")
     return {r.memory["id"]: t.dia_id for r, t in zip(results, conv.turns)}
@@ -193,7 +194,7 @@ def hit_at(ranked: list, evidence, k: int) -> bool:
 
 
 def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5),
-            keep_store: bool = False, searcher=None):
+            keep_store: bool = False, searcher=None, threads: bool = True):
     """Index every conversation into a fresh store and ask every question.
 
     Returns (asked, info); with keep_store, info["conn"] and info["maps"] stay open for
@@ -208,7 +209,7 @@ def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5)
     # projects), so document frequencies are the same whichever question is asked first.
     for conv in convs:
         t0 = time.perf_counter()
-        maps[conv.sample_id] = index(conn, conv, style)
+        maps[conv.sample_id] = index(conn, conv, style, threads)
         t_index += time.perf_counter() - t0
     for ci, conv in enumerate(convs):
         id2dia = maps[conv.sample_id]
@@ -225,7 +226,7 @@ def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5)
             asked.append(Asked(conv.sample_id, q.question, q.category, q.evidence, q.answer,
                                [(id2dia[h.id], h.id, h.score) for h in hits], base.search(q.question), ms,
                                elsewhere[0].score if elsewhere else 0.0))
-    info = {"path": str(Path(path) if path else DEFAULT_DATA), "style": style,
+    info = {"path": str(Path(path) if path else DEFAULT_DATA), "style": style, "threads": threads,
             "conversations": len(convs), "memories": sum(len(c.turns) for c in convs),
             "questions": len(asked), "dropped_no_evidence": sum(c.dropped for c in convs),
             "index_s": round(t_index, 3)}
@@ -370,11 +371,11 @@ def latency(asked: list) -> dict:
     return {"search_p50_ms": round(xs[len(xs) // 2], 3), "search_p99_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.99))], 3)}
 
 
-def figures(path=None, style: str = DEFAULT_STYLE) -> dict:
-    """The figures `recalld bench locomo --json` prints."""
-    asked, info = ask_all(path, style)
+def figures(path=None, style: str = DEFAULT_STYLE, threads: bool = True) -> dict:
+    """The figures `python3 benchmarks/locomo.py --json` prints."""
+    asked, info = ask_all(path, style, threads=threads)
     q = quality(asked)
-    return {"data": info["path"], "style": style, "questions": info["questions"],
+    return {"data": info["path"], "style": style, "threads": threads, "questions": info["questions"],
             "dropped_no_evidence": info["dropped_no_evidence"], **q, **latency(asked)}
 
 
@@ -384,13 +385,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=None, help=f"LoCoMo JSON (default: {DEFAULT_DATA})")
     ap.add_argument("--style", default=DEFAULT_STYLE, choices=STYLES)
+    ap.add_argument("--no-threads", action="store_true", help="import the turns without threads")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    fig = figures(args.data, args.style)
+    fig = figures(args.data, args.style, not args.no_threads)
     if args.json:
         print(json.dumps(fig, indent=2))
         return 0
-    print(f"LoCoMo {fig['data']} (style {fig['style']}, {fig['questions']} questions, "
+    print(f"LoCoMo {fig['data']} (style {fig['style']}, threads {'on' if fig['threads'] else 'off'}, "
+          f"{fig['questions']} questions, "
           f"{fig['dropped_no_evidence']} without evidence left out)")
     print(f"{'category':<14}{'n':>5}  {'recalld hit@1':>13} {'recall@5':>9}  {'bm25 hit@1':>10} {'recall@5':>9}")
     for name, r in fig["recalld"].items():

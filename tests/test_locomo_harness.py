@@ -177,3 +177,14 @@ def test_runner_writes_report_figures_and_marks_failures(data, tmp_path):
     assert (w["plots"] and (tmp_path / "out" / "ok.png").exists()) or "matplotlib" in (w["plot_note"] or "")
     with pytest.raises(ValueError):
         bench.run_all(["nope"], bench_dir=bdir)
+
+
+def test_without_threads_the_turns_stand_alone(data):
+    asked, info = locomo.ask_all(data, keep_store=True, threads=False)
+    try:
+        assert info["threads"] is False
+        assert info["conn"].execute("SELECT count(*) FROM memories WHERE thread IS NOT NULL OR follows IS NOT NULL"
+                                    ).fetchone()[0] == 0
+    finally:
+        info["conn"].close()
+        info["tmp"].cleanup()
