@@ -79,15 +79,17 @@ class Hit:
 
 
 class QueryTerm:
-    __slots__ = ("word", "stem", "df", "idf", "fuzzy", "alts")
+    __slots__ = ("word", "stem", "df", "idf", "fuzzy", "alts", "forms")
 
-    def __init__(self, word: str, stem: str, df: int, idf: float, fuzzy: bool = False, alts: tuple = ()):
+    def __init__(self, word: str, stem: str, df: int, idf: float, fuzzy: bool = False, alts: tuple = (),
+                 forms: tuple = ()):
         self.word = word  # as typed
         self.stem = stem  # what the index holds (after fuzzy correction, if any)
         self.df = df
         self.idf = idf
         self.fuzzy = fuzzy
         self.alts = alts  # stems of the word's irregular forms ("met" for "meet"), matched alike
+        self.forms = forms  # those forms as words, for the MATCH expression (FTS5 stems what it is given)
 
     def __repr__(self) -> str:
         return f"QueryTerm({self.word!r}->{self.stem!r}, df={self.df})"
@@ -111,23 +113,35 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
     forms = [other_forms(w) for w in words]
     flat = [f for fs in forms for f in fs]
     stems = stemmer.stem_each(words + flat)
+    # An inflected word whose base is irregular ("drawing" -> draw -> drew, drawn) is looked up
+    # by its stem; only such words cost a second stemming pass.
+    later = {}
+    for i, w in enumerate(words):
+        if not forms[i] and stems[i] and stems[i] != w.lower():
+            extra = tuple(f for f in other_forms(stems[i]) if f != w.lower())
+            if extra:
+                forms[i] = later[i] = extra
+    extra_stems = iter(stemmer.stem_each([f for fs in later.values() for f in fs]) if later else ())
     alt_stems, i = [], len(words)
-    for fs in forms:
-        alt_stems.append(tuple(a for a in stems[i:i + len(fs)] if a))
-        i += len(fs)
+    for n, fs in enumerate(forms):
+        if n in later:
+            alt_stems.append(tuple(a for a in (next(extra_stems) for _ in fs) if a))
+        else:
+            alt_stems.append(tuple(a for a in stems[i:i + len(fs)] if a))
+            i += len(fs)
     pairs, seen = [], set()
-    for w, s, alts in zip(words, stems, alt_stems):
+    for w, s, alts, fs in zip(words, stems, alt_stems, forms):
         if s and s not in seen:
             seen.add(s)
-            pairs.append((w, s, tuple(a for a in alts if a != s)))
+            pairs.append((w, s, tuple(a for a in alts if a != s), fs))
     if not pairs:
         return [], 0
     n_docs = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
-    df = doc_freqs(conn, sorted({x for _, s, alts in pairs for x in (s, *alts)}))
+    df = doc_freqs(conn, sorted({x for _, s, alts, _ in pairs for x in (s, *alts)}))
     terms = []
-    for w, s, alts in pairs:
+    for w, s, alts, fs in pairs:
         d = min(n_docs, df.get(s, 0) + sum(df.get(a, 0) for a in alts))
-        terms.append(QueryTerm(w, s, d, _idf(n_docs, d), alts=alts))
+        terms.append(QueryTerm(w, s, d, _idf(n_docs, d), alts=alts, forms=fs))
     # Words the store has never seen may be typos: correct the longest few (each correction
     # reads a slice of the vocabulary, so their number is bounded).
     unknown = sorted((t for t in terms if t.df == 0 and len(t.stem) >= FUZZY_MIN_LEN and t.stem.isalpha()),
@@ -198,7 +212,7 @@ def _term_expr(t: QueryTerm) -> str:
         return _quote(t.stem) + "*"
     if t.alts:
         # FTS5 stems what it is given, so the irregular forms go in as words.
-        return "(" + " OR ".join([_quote(t.word)] + [_quote(f) for f in other_forms(t.word)]) + ")"
+        return "(" + " OR ".join([_quote(t.word)] + [_quote(f) for f in t.forms]) + ")"
     return _quote(t.word)
 
 

@@ -98,6 +98,18 @@ def test_irregular_verb_forms_match(conn, sc, ids):
     assert "cents as integers" in (top(conn, sc, "what did floats break in the exporter?") or "")
 
 
+def test_inflected_forms_of_irregular_verbs_match(conn, sc, ids):
+    # "drawing" stems to "draw", whose past is "drew": found through the stem, in the MATCH too
+    drew = store.remember(conn, "Caroline drew the zeppelin mural; it stands for freedom.", sc,
+                          check_similar=False).memory["id"]
+    terms, _ = analyse(conn, "what does Caroline's drawing symbolize")
+    drawing = next(t for t in terms if t.word == "drawing")
+    assert drawing.stem == "draw" and "drew" in drawing.alts and "drew" in drawing.forms
+    assert search_mod._term_expr(drawing) == '("drawing" OR "drew" OR "drawn")'
+    hits = search(conn, "the drawing", sc, limit=5)
+    assert [h.id for h in hits] == [drew] and hits[0].matched == ["draw"]
+
+
 @pytest.mark.parametrize("prompt", ["ok thanks, go ahead", "yes please", "can you do that?", "   ", "?!"])
 def test_stopword_only_prompt_finds_nothing(conn, sc, ids, prompt):
     assert search(conn, prompt, sc, limit=5) == []
