@@ -362,17 +362,6 @@ def thread_context(conn: sqlite3.Connection, rows: list, scope: Scope) -> tuple[
     return out, context
 
 
-def thread_texts(conn: sqlite3.Connection, ids: list, scope: Scope) -> dict:
-    """{memory id: text of the memory it follows in its thread}, for those whose predecessor is
-    current and readable in this scope: what a model reads before the memory itself."""
-    if not ids:
-        return {}
-    where, params = scope.where("p")
-    marks = ",".join("?" * len(ids))
-    return dict(conn.execute(f"SELECT m.id, p.text FROM memories m JOIN memories p ON p.id = m.follows "
-                             f"WHERE m.id IN ({marks}) AND {where}", (*ids, *params)).fetchall())
-
-
 def _memory_idf(conn, have_of: list, terms: list, n_docs: int) -> dict:
     """idf of every informative term the candidates hold (stopword stems weigh nothing)."""
     stop = STOP_STEMS
