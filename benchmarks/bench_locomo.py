@@ -58,6 +58,13 @@ def run(quick: bool = False, data=None) -> dict:
                                   "recalld recall@5": s["recalld"]["overall"]["recall@5"],
                                   "bm25 hit@1": s["baseline"]["overall"]["hit@1"],
                                   "bm25 recall@5": s["baseline"]["overall"]["recall@5"]}
+        # What threads add in each conversation: a split-level gain could hide one that loses.
+        out["by_conversation"] = {}
+        for sid in sorted({x.sample_id for x in asked}):
+            with_, without = (locomo.summarize([x for x in qs if x.sample_id == sid])["overall"] for qs in (asked, a))
+            out["by_conversation"][sid] = {"n": with_["n"], "hit@1": with_["hit@1"], "recall@5": with_["recall@5"],
+                                           "without threads hit@1": without["hit@1"],
+                                           "without threads recall@5": without["recall@5"]}
     out["plots"] = [
         {"file": "locomo_quality.png", "kind": "bar", "title": "LoCoMo recall: recalld pre-step vs FTS5 BM25",
          "x": CATS, "ylabel": "share of questions",

@@ -324,7 +324,7 @@ END;
         """
 -- A memory written into a thread (a conversation's session, an imported chat) follows the
 -- thread's previous memory in the same project. Search reads a threaded memory together with
--- the one or two before it: a reply ("charades and a scavenger hunt") is about what it answers.
+-- the one or two before it: a reply ("cinnamon knots and a lemon tart") is about what it answers.
 ALTER TABLE memories ADD COLUMN thread TEXT;
 ALTER TABLE memories ADD COLUMN follows INTEGER REFERENCES memories(id);
 CREATE INDEX memories_thread ON memories(project, thread, id) WHERE thread IS NOT NULL;

@@ -41,7 +41,7 @@ LONG_PROMPT_TERMS = 10
 SUBJECT_WEIGHT = 0.2
 # A threaded memory (migration 5) is read with the thread's previous memory, whose terms count
 # at THREAD_WEIGHTS[0] of their weight, and the one before that at THREAD_WEIGHTS[1]: in a
-# conversation the answer ("charades and a scavenger hunt") rarely repeats the question's words,
+# conversation the answer ("cinnamon knots and a lemon tart") rarely repeats the question's words,
 # the turns before it do. Chosen on the LoCoMo development split (docs/evaluation.md, "Threads").
 THREAD_WEIGHTS = (0.8, 0.4)
 
@@ -113,6 +113,10 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
     forms = [other_forms(w) for w in words]
     flat = [f for fs in forms for f in fs]
     stems = stemmer.stem_each(words + flat)
+    alt_stems, i = [], len(words)
+    for fs in forms:
+        alt_stems.append(tuple(a for a in stems[i:i + len(fs)] if a))
+        i += len(fs)
     # An inflected word whose base is irregular ("drawing" -> draw -> drew, drawn) is looked up
     # by its stem; only such words cost a second stemming pass.
     later = {}
@@ -120,15 +124,12 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
         if not forms[i] and stems[i] and stems[i] != w.lower():
             extra = tuple(f for f in other_forms(stems[i]) if f != w.lower())
             if extra:
-                forms[i] = later[i] = extra
-    extra_stems = iter(stemmer.stem_each([f for fs in later.values() for f in fs]) if later else ())
-    alt_stems, i = [], len(words)
-    for n, fs in enumerate(forms):
-        if n in later:
-            alt_stems.append(tuple(a for a in (next(extra_stems) for _ in fs) if a))
-        else:
-            alt_stems.append(tuple(a for a in stems[i:i + len(fs)] if a))
-            i += len(fs)
+                later[i] = extra
+    if later:
+        more = iter(stemmer.stem_each([f for fs in later.values() for f in fs]))
+        for i, fs in later.items():
+            forms[i] = fs
+            alt_stems[i] = tuple(a for a in (next(more) for _ in fs) if a)
     pairs, seen = [], set()
     for w, s, alts, fs in zip(words, stems, alt_stems, forms):
         if s and s not in seen:

@@ -239,14 +239,14 @@ def test_one_shared_word_does_not_make_a_short_memory_match_a_long_prompt(conn, 
     assert not [h for h in search(conn, prompt, sc, limit=10, floor=FLOOR) if h.text == "Use httpx."]
 
 
-# A conversation as LoCoMo holds them: the answer shares no word with the question but the
-# speaker's name; the turns before it do.
-PICNIC = [
-    "Maria: Last weekend I had a picnic with some friends from church. We played games.",
-    "John: Sounds fun! What games did you play?",
-    "Maria: Some fun ones like charades and a scavenger hunt. We all had a good laugh!",
+# A conversation shaped as LoCoMo's are (the text is ours): the answer shares no word with the
+# question but the speaker's name; the turns before it do.
+BAKE_SALE = [
+    "Ingrid: Over the weekend I ran a bake sale with the neighbours from my street. We sold pastries.",
+    "Tomas: Nice! Which pastries did you sell?",
+    "Ingrid: Mostly cinnamon knots and a lemon tart. Everything was gone by noon!",
 ]
-PICNIC_Q = "What kind of games did Maria play at the picnic with her church friends?"
+BAKE_SALE_Q = "Which pastries did Ingrid sell at the bake sale with her neighbours?"
 
 
 def _chat(conn, sc, turns, thread):
@@ -254,24 +254,25 @@ def _chat(conn, sc, turns, thread):
     return [r.memory["id"] for r in store.import_jsonl(conn, lines, sc)]
 
 
-MARIA = ["Maria: I volunteer at the homeless shelter on weekends.", "Maria: My mom and I made dinner together.",
-         "Maria: I just started aerial yoga, it is great fun."]
+INGRID = ["Ingrid: I repaint the garden shed on weekends.", "Ingrid: My brother and I cooked dinner together.",
+        "Ingrid: I just started rock climbing, it is great fun."]
 
 
 def test_a_reply_is_found_through_the_turns_before_it(conn, sc, ids):
-    maria = _chat(conn, sc, MARIA, None)
-    flat = _chat(conn, sc, PICNIC, None)
-    order = [h.id for h in search(conn, PICNIC_Q, sc, limit=20)]
-    assert order.index(flat[2]) > 2  # without a thread: behind the picnic turns and other Maria turns
-    threaded = _chat(conn, sc, PICNIC, "picnic")
-    hits = search(conn, PICNIC_Q, sc, limit=20)
+    ingrid = _chat(conn, sc, INGRID, None)
+    flat = _chat(conn, sc, BAKE_SALE, None)
+    order = [h.id for h in search(conn, BAKE_SALE_Q, sc, limit=20)]
+    assert order.index(flat[2]) > 2  # without a thread: behind the bake sale turns and other Ingrid turns
+    threaded = _chat(conn, sc, BAKE_SALE, "bake-sale")
+    hits = search(conn, BAKE_SALE_Q, sc, limit=20)
     by_id = {h.id: h for h in hits}
     order = [h.id for h in hits]
-    # with its thread, among the first five, ahead of every other Maria turn
+    # with its thread, among the first five, ahead of every other Ingrid turn
     assert order.index(threaded[2]) < 5 and order.index(threaded[2]) < order.index(flat[2])
-    assert all(order.index(threaded[2]) < order.index(i) for i in maria)
+    assert all(order.index(threaded[2]) < order.index(i) for i in ingrid)
     reply = by_id[threaded[2]]
-    assert {"picnic", "church", "friend"} <= set(reply.context) and "charad" not in reply.matched
+    assert {"bake", "sale", "neighbour"} <= set(reply.context)
+    assert reply.matched == by_id[flat[2]].matched == ["ingrid"]  # of its own words, only the speaker's name
     # the same words count less through context than in the memory itself
     assert reply.score < by_id[threaded[0]].score
     assert by_id[flat[2]].score < reply.score
@@ -279,29 +280,29 @@ def test_a_reply_is_found_through_the_turns_before_it(conn, sc, ids):
 
 
 def test_thread_context_only_from_current_memories_this_scope_may_read(conn, sc, ids):
-    first, question, reply = _chat(conn, sc, PICNIC, "picnic")
+    first, question, reply = _chat(conn, sc, BAKE_SALE, "bake-sale")
 
     def context():
-        return {h.id: h for h in search(conn, PICNIC_Q, sc, limit=20)}[reply].context
+        return {h.id: h for h in search(conn, BAKE_SALE_Q, sc, limit=20)}[reply].context
 
-    assert "church" in context()
+    assert "bake" in context()
     store.retract(conn, first, "wrong turn", sc)
-    assert "church" not in context() and "game" in context()  # the question's turn still counts
+    assert "bake" not in context() and "pastri" in context()  # the question's turn still counts
     store.retract(conn, question, "wrong turn", sc)
     assert context() == []
     # another agent's private note in the same thread is not context for this agent
     helper = Scope(project=sc.project, agent="reviewer")
-    store.remember(conn, "Reviewer: the zeppelin picnic games list", helper, scope="agent", thread="p2",
+    store.remember(conn, "Reviewer: the zeppelin bake sale price list", helper, scope="agent", thread="p2",
                    check_similar=False)
-    after = store.remember(conn, "Maria: the list is on the fridge", sc, thread="p2", check_similar=False).memory
-    hits = {h.id: h for h in search(conn, "zeppelin picnic games list fridge", sc, limit=20)}
+    after = store.remember(conn, "Ingrid: the list is on the fridge", sc, thread="p2", check_similar=False).memory
+    hits = {h.id: h for h in search(conn, "zeppelin bake sale price list fridge", sc, limit=20)}
     assert "zeppelin" not in hits[after["id"]].context
     assert "zeppelin" in {h.id: h for h in search(conn, "zeppelin fridge", helper, limit=20)}[after["id"]].context
 
 
 def test_hits_come_in_the_order_of_their_rank_key(conn, sc, ids):
-    _chat(conn, sc, PICNIC, "picnic")
-    hits = search(conn, PICNIC_Q, sc, limit=20)
-    assert len(hits) == 3
+    _chat(conn, sc, BAKE_SALE, "bake-sale")
+    hits = search(conn, BAKE_SALE_Q, sc, limit=20)
+    assert len(hits) >= 3
     assert [h.rank for h in hits] == sorted((h.rank for h in hits), reverse=True)
     assert all(h.rank >= h.score for h in hits)  # the bm25 and subject terms only add
