@@ -69,7 +69,7 @@ def sample(asked: list, n: "int | None", seed: int = 0) -> list:
 
 
 def outcomes(rows: list, passes) -> dict:
-    """rows: one per question, {category, evidence, cands: [(dia, search, judge)]};
+    """rows: one per question, {category, evidence, cands: [(dia, search, judge, rank_score)]} in search order;
     passes(cands) -> the dia_ids injected."""
     ans = [r for r in rows if r["category"] != 5]
     adv = [r for r in rows if r["category"] == 5]
@@ -138,15 +138,26 @@ def compare(rows: list, m: int) -> dict:
     return out
 
 
+def _reranked(cands: list) -> list:
+    """(dia, search, judge, rank_score) tuples in the order judge_need chooses from: by
+    rank_score, unscored ones last (sorted is stable: ties keep search order)."""
+    return sorted(cands, key=lambda c: (c[3] is None, -(c[3] or 0.0)))
+
+
 def _select(cands: list, t: float, m: int) -> list:
-    """judge.select on (dia, search, judge) triples in search order: the first m at or above t."""
-    return [d for d, _, j in cands if j is not None and j >= t][:m]
+    """judge.select: the first m at or above t, in re-ranked order."""
+    return [c[0] for c in _reranked(cands) if c[2] is not None and c[2] >= t][:m]
+
+
+def _select_search_order(cands: list, t: float, m: int) -> list:
+    """The rule before re-ranking, kept for the comparison: the first m at or above t in search order."""
+    return [c[0] for c in cands if c[2] is not None and c[2] >= t][:m]
 
 
 def _select_best_judged(cands: list, t: float, m: int) -> list:
     """The rule before threads, kept for the comparison: the m best judge scores at or above t."""
     above = sorted((c for c in cands if c[2] is not None and c[2] >= t), key=lambda c: -c[2])
-    return [d for d, _, _ in above[:m]]
+    return [c[0] for c in above[:m]]
 
 
 def _outcomes_feats(rows: list, f, t: float, m: int) -> dict:
@@ -154,7 +165,7 @@ def _outcomes_feats(rows: list, f, t: float, m: int) -> dict:
     for r in rows:
         score = {c["dia"]: f(c) for c in r["feats"]}
         by.append({"category": r["category"], "evidence": r["evidence"],
-                   "cands": [(d, s, score.get(d)) for d, s, _ in r["cands"]]})
+                   "cands": [(d, s, score.get(d), None) for d, s, _, _ in r["cands"]]})
     return outcomes(by, lambda cands: _select_best_judged(cands, t, m))
 
 
@@ -190,7 +201,7 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         if res.error:
             unjudged += 1
         id2dia = maps[a.sample_id]
-        cands = [(id2dia[v.memory_id], v.search_score, v.judge_score) for v in res.candidates]
+        cands = [(id2dia[v.memory_id], v.search_score, v.judge_score, v.rank_score) for v in res.candidates]
         row = {"category": a.category, "evidence": a.evidence, "cands": cands}
         if compare_methods:
             row["feats"] = _features(rt, a.question, res, id2dia)
@@ -225,20 +236,22 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "adversarial": len(rows) - len(ans),
         "max_candidates": k,
         "threshold": threshold,
-        "evidence_in_candidates": round(sum(any(d in set(r["evidence"]) for d, _, _ in r["cands"])
+        "evidence_in_candidates": round(sum(any(c[0] in set(r["evidence"]) for c in r["cands"])
                                             for r in ans) / len(ans), 3) if ans else None,
         "judge": curve[f"{threshold:.2f}"],
         "judge_f1": round(f1(curve[f"{threshold:.2f}"]), 3),
         "calibrated_threshold": best_t,
         "calibrated_f1": best_f1,
-        "baseline_top1": outcomes(rows, lambda c: [d for d, _, _ in c[:1]]),
-        f"baseline_top{k}": outcomes(rows, lambda c: [d for d, _, _ in c[:k]]),
-        "baseline_floor": outcomes(rows, lambda c: [d for d, s, _ in c[:k] if s >= floor]),
+        "baseline_top1": outcomes(rows, lambda c: [x[0] for x in c[:1]]),
+        f"baseline_top{k}": outcomes(rows, lambda c: [x[0] for x in c[:k]]),
+        "baseline_floor": outcomes(rows, lambda c: [x[0] for x in c[:k] if x[1] >= floor]),
+        "reranked_top1": outcomes(rows, lambda c: [x[0] for x in _reranked(c)[:1]]),
         "max_pass": max_pass,
         "curve": curve,
         "curve_pass_all_above": curve_all,
         "judge_rerank_top1": outcomes(rows, lambda c: _select_best_judged(c, -math.inf, 1)),
         "best_judged_above_threshold": outcomes(rows, lambda c: _select_best_judged(c, threshold, max_pass)),
+        "search_order_above_threshold": outcomes(rows, lambda c: _select_search_order(c, threshold, max_pass)),
         "judge_ms_per_candidate_p50": round(statistics.median(per_cand_ms), 1) if per_cand_ms else None,
         "judge_ms_per_need_p50": round(statistics.median(per_need_ms), 1) if per_need_ms else None,
         "judge_ms_per_need_p90": round(sorted(per_need_ms)[int(0.9 * (len(per_need_ms) - 1))], 1)
@@ -289,7 +302,8 @@ def main(argv=None) -> int:
     print(head)
     k = fig["max_candidates"]
     for name, o in [(f"judge @ {fig['threshold']:g}", fig["judge"]),
-                    ("judge re-rank, top-1", fig["judge_rerank_top1"]), ("baseline top-1", fig["baseline_top1"]),
+                    ("judge re-rank, top-1", fig["judge_rerank_top1"]), ("re-ranked top-1", fig["reranked_top1"]),
+                    ("baseline top-1", fig["baseline_top1"]),
                     (f"baseline top-{k}", fig[f"baseline_top{k}"]), ("baseline coverage floor", fig["baseline_floor"])]:
         print(f"{name:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
               f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")

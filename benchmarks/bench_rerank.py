@@ -1,19 +1,29 @@
 """Background re-ranking on LoCoMo: the pre-step order next to the local model's re-ranked
-order (recalld.rerank: query likelihood + the search's ranking key) on the same sampled questions.
+order (recalld.rerank: the search's ranking key + the model's gain on the words a memory
+lacks) on the same questions.
 
-    python3 benchmarks/bench_rerank.py [--n N] [--quick] [--data PATH] [--json]
+    python3 benchmarks/bench_rerank.py [--n N] [--quick] [--top K] [--workers W] [--data PATH] [--json]
 
-Each question costs one model decode per candidate (RERANK_TOP of them); on a small CPU that
-is seconds per question, so a fixed random sample of answerable questions (categories 1-4,
-seeded) is scored and the figures carry 95% Wilson intervals. The re-ranker can only reorder
-what search found: recall@RERANK_TOP of the sample is its ceiling, reported alongside.
+Every answerable question (categories 1-4) is asked unless --n samples a fixed random subset
+(seed 0); figures carry 95% Wilson intervals. The first K search results are re-ranked,
+by default judge.max_candidates (5): what the daemon's pass re-ranks. Each question costs one
+model decode per candidate plus one without a memory, so the questions are shared among W
+worker processes (default: one per core), each with its own store and model on one thread.
+
+The re-ranker can only reorder what search found: the share of questions with evidence among
+the K candidates is its ceiling. Alongside, on the same candidates: the order the re-ranker
+had before (query likelihood over every token + SEARCH_WEIGHT x the ranking key) and query
+likelihood alone, and how many questions re-ranking wins and loses against the search order.
 """
 
 import json
 import math
+import multiprocessing
+import os
 import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,8 +32,9 @@ import locomo  # noqa: E402
 from recalld import llm, rerank, settings  # noqa: E402
 from recalld.search import search  # noqa: E402
 
-DEFAULT_N = 60
 QUICK_N = 10
+
+_state = {}  # per worker process: the store and the model
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list:
@@ -36,50 +47,119 @@ def wilson(k: int, n: int, z: float = 1.96) -> list:
     return [round(c - h, 3), round(c + h, 3)]
 
 
-def run(quick: bool = False, data=None, n: "int | None" = None) -> dict:
-    n = n or (QUICK_N if quick else DEFAULT_N)
-    asked, info = locomo.ask_all(data, categories=locomo.ANSWERABLE, keep_store=True)
-    try:
-        try:
-            rt = llm.require_runtime("judge", settings.DEFAULTS)
-        except llm.Unavailable as e:
-            return {"available": False, "error": str(e),
-                    "notes": [f"no local model, re-ranking not measured: {e}"]}
-        qs = [(c, q) for c in info["convs"] for q in c.questions if q.category in locomo.ANSWERABLE]
+def _questions(convs: list, n: "int | None") -> list:
+    """(conversation index, question index) of the answerable questions, or a seeded sample."""
+    qs = [(ci, qi) for ci, c in enumerate(convs) for qi, q in enumerate(c.questions)
+          if q.category in locomo.ANSWERABLE]
+    if n is not None and n < len(qs):
         random.Random(0).shuffle(qs)
         qs = qs[:n]
-        counts = {"search": [0, 0], "reranked": [0, 0]}
-        ceiling = 0
-        ms0, t0 = rt.model_ms, time.perf_counter()
-        for c, q in qs:
-            sc, id2dia = locomo.scope_for(c), info["maps"][c.sample_id]
-            hits = search(info["conn"], q.question, sc, limit=rerank.RERANK_TOP)
-            before = [id2dia[h.id] for h in hits]
-            after = [id2dia[r.hit.id] for r in rerank.rerank(rt, q.question, hits)]
-            for name, order in (("search", before), ("reranked", after)):
-                counts[name][0] += locomo.hit_at(order, q.evidence, 1)
-                counts[name][1] += locomo.hit_at(order, q.evidence, 5)
-            ceiling += locomo.hit_at(before, q.evidence, rerank.RERANK_TOP)
-        wall = time.perf_counter() - t0
-        out = {"available": True, "model": rt.name, "questions": len(qs), "candidates": rerank.RERANK_TOP,
-               "search_weight": rerank.SEARCH_WEIGHT, "seconds_per_question": round(wall / max(1, len(qs)), 2),
-               "model_ms_per_candidate": round((rt.model_ms - ms0) / max(1, len(qs) * rerank.RERANK_TOP), 1)}
-        out["sample"] = {
-            name: {"hit@1": round(h1 / len(qs), 3), "hit@1 95% CI": wilson(h1, len(qs)),
-                   "recall@5": round(r5 / len(qs), 3), "recall@5 95% CI": wilson(r5, len(qs))}
-            for name, (h1, r5) in counts.items()}
-        out["sample"]["ceiling"] = {"hit@1": round(ceiling / len(qs), 3), "recall@5": None}
-        q_all = locomo.quality(asked)
-        out["pre_step_all_questions"] = {"recalld": q_all["recalld"]["overall"], "baseline": q_all["baseline"]["overall"]}
-        out["plots"] = [{"file": "rerank.png", "kind": "bar", "title": f"Background re-ranking ({len(qs)} sampled questions)",
-                         "x": ["hit@1", "recall@5"], "ylabel": "share of questions",
-                         "series": {"pre-step search": [out["sample"]["search"]["hit@1"], out["sample"]["search"]["recall@5"]],
-                                    "re-ranked (local model)": [out["sample"]["reranked"]["hit@1"],
-                                                                out["sample"]["reranked"]["recall@5"]]}}]
-        return out
-    finally:
-        info["conn"].close()
-        info["tmp"].cleanup()
+    return qs
+
+
+def _init(data):
+    os.environ["RECALLD_LLM_THREADS"] = "1"
+    asked, info = locomo.ask_all(data, categories=locomo.ANSWERABLE, keep_store=True)
+    _state.update(info=info, rt=llm.require_runtime("judge", settings.DEFAULTS))
+
+
+def _ask(job: tuple) -> list:
+    top, batch = job
+    info, rt = _state["info"], _state["rt"]
+    out = []
+    for ci, qi in batch:
+        c = info["convs"][ci]
+        q = c.questions[qi]
+        id2dia = info["maps"][c.sample_id]
+        hits = search(info["conn"], q.question, locomo.scope_for(c), limit=top)
+        ms0 = rt.model_ms
+        ranked = {r.hit.id: r for r in rerank.rerank(rt, q.question, hits, top=top)}
+        out.append({"category": q.category, "evidence": q.evidence, "model_ms": rt.model_ms - ms0,
+                    "cands": [{"dia": id2dia[h.id], "rank": h.rank, "ql": ranked[h.id].ql,
+                               "gain": ranked[h.id].gain} for h in hits]})
+    return out
+
+
+def _orders(row: dict, k: int) -> dict:
+    """dia_ids in each order, re-ranking the first k candidates (unscored ones keep their place)."""
+    cands = row["cands"]
+    head, tail = cands[:k], [c["dia"] for c in cands[k:]]
+
+    def by(key):
+        scored = [c for c in head if c["ql"] is not None]
+        rest = [c["dia"] for c in head if c["ql"] is None]
+        return [c["dia"] for c in sorted(scored, key=key)] + rest + tail
+
+    return {
+        "search": [c["dia"] for c in cands],
+        "reranked": by(lambda c: -(c["gain"] + rerank.SEARCH_WEIGHT * c["rank"])),
+        "ql_all_tokens + ranking key": by(lambda c: -(c["ql"] + rerank.SEARCH_WEIGHT * c["rank"])),
+        "ql_only": by(lambda c: -c["ql"]),
+    }
+
+
+def _figures(rows: list, k: int) -> dict:
+    n = len(rows)
+    counts, wins, losses = {}, {}, {}
+    for r in rows:
+        orders = _orders(r, k)
+        first = locomo.hit_at(orders["search"], r["evidence"], 1)
+        for name, order in orders.items():
+            h1 = locomo.hit_at(order, r["evidence"], 1)
+            a, b = counts.setdefault(name, [0, 0])
+            counts[name] = [a + h1, b + locomo.hit_at(order, r["evidence"], 5)]
+            wins[name] = wins.get(name, 0) + (h1 and not first)
+            losses[name] = losses.get(name, 0) + (first and not h1)
+    out = {name: {"hit@1": round(h1 / n, 3), "hit@1 95% CI": wilson(h1, n), "recall@5": round(r5 / n, 3),
+                  **({} if name == "search" else {"wins_vs_search": wins[name], "losses_vs_search": losses[name]})}
+           for name, (h1, r5) in counts.items()}
+    out["ceiling"] = {"hit@1": round(sum(locomo.hit_at([c["dia"] for c in r["cands"]], r["evidence"], k)
+                                         for r in rows) / n, 3)}
+    return out
+
+
+def run(quick: bool = False, data=None, n: "int | None" = None, workers: "int | None" = None,
+        top: "int | None" = None) -> dict:
+    n = QUICK_N if quick and n is None else n
+    choice = llm.resolve("judge", settings.DEFAULTS)
+    if not choice.available:
+        return {"available": False, "error": choice.reason,
+                "notes": [f"no local model, re-ranking not measured: {choice.reason}"]}
+    convs = locomo.load(data)
+    qs = _questions(convs, n)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(qs)))
+    top = top or int(settings.DEFAULTS["judge"]["max_candidates"])
+    jobs = [(top, qs[i::workers * 4]) for i in range(workers * 4)]  # small batches even out the workers
+    # Spawned, not forked: a forked worker would inherit the parent's loaded model (if an
+    # earlier benchmark left one) without its worker thread. Spawned workers find functions by
+    # module name, and the report harness loads this file under another one.
+    import bench_rerank as worker
+
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=worker._init, initargs=(data,)) as pool:
+        rows = [row for part in pool.map(worker._ask, jobs) for row in part]
+    wall = time.perf_counter() - t0
+    decodes = sum(len(r["cands"]) + 1 for r in rows)  # + the need without a memory
+    out = {"available": True, "model": Path(choice.path).name, "questions": len(rows),
+           "sampled": n is not None and n < len(_questions(convs, None)), "candidates": top,
+           "search_weight": rerank.SEARCH_WEIGHT, "workers": workers, "wall_s": round(wall, 1),
+           "model_ms_per_decode": round(sum(r["model_ms"] for r in rows) / max(1, decodes), 1)}
+    out["sample"] = fig = _figures(rows, top)
+    by_cat = {}
+    for cat in locomo.ANSWERABLE:
+        sub = [r for r in rows if r["category"] == cat]
+        if sub:
+            f = _figures(sub, top)
+            by_cat[locomo.CATEGORIES[cat]] = {"n": len(sub), "search": f["search"]["hit@1"],
+                                              "reranked": f["reranked"]["hit@1"]}
+    out["hit@1_by_category"] = by_cat
+    out["plots"] = [{"file": "rerank.png", "kind": "bar",
+                     "title": f"Background re-ranking ({len(rows)} questions, top {top})",
+                     "x": ["hit@1", "recall@5"], "ylabel": "share of questions",
+                     "series": {"pre-step search": [fig["search"]["hit@1"], fig["search"]["recall@5"]],
+                                "re-ranked (local model)": [fig["reranked"]["hit@1"], fig["reranked"]["recall@5"]]}}]
+    return out
 
 
 def main(argv=None) -> int:
@@ -87,11 +167,13 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data")
-    ap.add_argument("--n", type=int)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--n", type=int, help="a seeded sample of this many questions (default: all)")
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_N} sampled questions")
+    ap.add_argument("--top", type=int, help="candidates re-ranked (default: judge.max_candidates)")
+    ap.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    res = run(args.quick, args.data, args.n)
+    res = run(args.quick, args.data, args.n, args.workers, args.top)
     res.pop("plots", None)
     print(json.dumps(res, indent=None if not args.json else 2))
     return 0

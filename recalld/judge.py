@@ -14,7 +14,8 @@ A memory that answers the need makes its words predictable (names, places, the e
 an unrelated memory does not, and the per-token average keeps long and short needs on one
 scale. The "no memory" likelihood is computed once per need; every candidate costs one
 decode of its memory plus the need. Of the candidates at or above the threshold, the first
-judge.max_pass (default 1) in search order pass.
+judge.max_pass (default 1) in re-ranked order pass (recalld.rerank: the search's ranking key
+plus the model's gain on the need's words the memory does not hold, from the same decode).
 
 When no model is available the result says so (available=False, error=why) and nothing
 passes: the judge never degrades to "inject everything".
@@ -47,11 +48,13 @@ class Verdict:
     judge_score: "float | None"
     passed: bool
     detail: dict = field(default_factory=dict)
+    rank_score: "float | None" = None  # recalld.rerank's ordering key (None: not scored)
 
     def as_dict(self) -> dict:
         return {"memory_id": self.memory_id, "text": self.text,
                 "search_score": round(self.search_score, 4),
                 "judge_score": None if self.judge_score is None else round(self.judge_score, 4),
+                "rank_score": None if self.rank_score is None else round(self.rank_score, 4),
                 "passed": self.passed, **({"detail": self.detail} if self.detail else {})}
 
 
@@ -92,40 +95,56 @@ def score_texts(runtime, need: str, texts: list, deadline: "float | None" = None
     """Judge score for each memory text (None for those the deadline cut off).
 
     Raises llm.LLMTimeout only if not even the baseline fitted; a partial run returns Nones."""
-    need_c = " " + clip_need(need)
+    gains = token_gains(runtime, need, texts, deadline)
+    return [None if g is None else sum(g) / max(len(g), 1) for g in gains]
+
+
+def token_gains(runtime, need: str, texts: list, deadline: "float | None" = None) -> list:
+    """For each memory text, how much it raises the log-probability of each of the need's tokens
+    (the tokens of `need_continuation(need)`; None for a text the deadline cut off). Their mean
+    is the judge score; recalld.rerank reads them word by word.
+
+    Raises llm.LLMTimeout only if not even the baseline fitted; a partial run returns Nones."""
+    need_c = need_continuation(need)
 
     def left():
         return None if deadline is None else max(0.05, deadline - time.monotonic())
 
-    base, n = runtime.loglik(WITHOUT_MEMORY, need_c, timeout_s=left())
+    base = runtime.token_logprobs(WITHOUT_MEMORY, need_c, timeout_s=left())
     out = []
     for t in texts:
         if deadline is not None and time.monotonic() >= deadline:
             out.append(None)
             continue
         try:
-            ll, _ = runtime.loglik(WITH_MEMORY.format(memory=_clip_memory(t)), need_c, timeout_s=left())
+            lps = runtime.token_logprobs(WITH_MEMORY.format(memory=_clip_memory(t)), need_c, timeout_s=left())
         except llm.LLMTimeout:
             out.append(None)
             continue
-        out.append((ll - base) / max(n, 1))
+        out.append([a - b for a, b in zip(lps, base)])
     return out
 
 
+def need_continuation(need: str) -> str:
+    """The need as the model reads it after the frame (clipped, one leading space)."""
+    return " " + clip_need(need)
+
+
 def select(cands: list, threshold: float, max_pass: int) -> list:
-    """What passes: candidates at or above the threshold, in search order, at most max_pass of
-    them. The model gates and the search orders. Measured on LoCoMo dev (docs/judge.md):
-    passing only one raised the precision of what is injected from 0.27 to 0.49 at the same
-    threshold band, and once search read threads, its order picked better among the candidates
-    above the threshold than the judge score did (precision 0.478 against 0.456 at 1.3, 150
-    questions)."""
+    """What passes: of `cands`, given in re-ranked order (recalld.rerank), those at or above
+    the threshold, at most max_pass of them. The judge score gates; the re-ranked order (the
+    search's ranking key plus the model's gain on the words the memory lacks) chooses. Measured
+    on LoCoMo dev (docs/judge.md): passing only one raised the precision of what is injected
+    from 0.27 to 0.49 at the same threshold band, and ordering by the judge score itself chose
+    worse than the search order (precision 0.456 against 0.478 at 1.3, 150 questions)."""
     above = [v for v in cands if v.judge_score is not None and v.judge_score >= threshold]
     return above[: max(0, max_pass)]
 
 
 def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeResult:
-    """Search -> top judge.max_candidates -> judge each -> pass the first judge.max_pass of
-    those at or above judge.threshold, in search order."""
+    """Search -> top judge.max_candidates -> judge and re-rank each -> pass the first
+    judge.max_pass of those at or above judge.threshold, in re-ranked order. `candidates` stay
+    in search order; each carries its `rank_score`."""
     from recalld.search import search
 
     jcfg = cfg.get("judge") or {}
@@ -160,20 +179,24 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeR
     if not cands:
         return res
 
+    from recalld import rerank  # it imports this module
+
     deadline = time.monotonic() + timeout_s
     ms0 = runtime.model_ms
     try:
-        scores = score_texts(runtime, need, [v.text for v in cands], deadline)
-    except llm.LLMTimeout as e:
-        scores, res.error = [None] * len(cands), f"judge timed out: {e}"
+        # One decode per candidate gives both its judge score and its re-ranking key.
+        ranked = rerank.rerank(runtime, need, hits, top=len(hits), deadline=deadline)
     except llm.LLMError as e:
-        scores, res.error = [None] * len(cands), f"judge failed: {e}"
+        ranked, res.error = [rerank.Ranked(h, None, None) for h in hits], f"judge failed: {e}"
     res.model_ms = runtime.model_ms - ms0
-    for v, s in zip(cands, scores):
-        v.judge_score = None if s is None else round(s, 4)
-    for v in select(cands, threshold, max_pass):
+    by_id = {v.memory_id: v for v in cands}
+    for r in ranked:
+        v = by_id[r.hit.id]
+        v.judge_score = None if r.ql is None else round(r.ql, 4)
+        v.rank_score = None if r.rank_score is None else round(r.rank_score, 4)
+    for v in select([by_id[r.hit.id] for r in ranked], threshold, max_pass):
         v.passed = True
-    unscored = sum(s is None for s in scores)
+    unscored = sum(v.judge_score is None for v in cands)
     if unscored and res.error is None:
         res.error = f"judge timed out after {timeout_s:g} s; {unscored} of {len(cands)} candidates unjudged"
     res.passed = [v for v in cands if v.passed]

@@ -371,6 +371,12 @@ class Runtime:
         # Tokenizing is pure (no context state), so it does not need the worker.
         return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
 
+    def pieces(self, text: str) -> list:
+        """The text of each token of `text` (as `tokenize` splits it), for mapping per-token
+        scores back to words. A piece that ends inside a multi-byte character is decoded with
+        a replacement character: only its letters and spaces are used."""
+        return [self._llm.detokenize([t]).decode("utf-8", "replace") for t in self.tokenize(text)]
+
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text))
 

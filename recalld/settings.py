@@ -26,8 +26,8 @@ DEFAULTS: dict = {
     # the background pass
     # judge.threshold: query-likelihood gain per need token (recalld.judge), calibrated for the
     # embedded SmolLM2-135M on the LoCoMo dev split by benchmarks/bench_judge.py (docs/judge.md);
-    # max_pass: at most this many candidates pass per need (in search order: the judge gates,
-    # the search orders)
+    # max_pass: at most this many candidates pass per need (in recalld.rerank's order: the judge
+    # gates, the re-ranked order chooses)
     "judge": {"threshold": 1.3, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
     "queue": {"expire_steps": 6, "expire_minutes": 30},
     "models": {"judge": None, "proposer": None},

@@ -63,9 +63,10 @@ def test_the_answer_outscores_the_near_miss(conn, stocked, rt):
         assert by_id[ids[answer]].judge_score > by_id[ids[miss]].judge_score, need
         best = max(res.candidates, key=lambda v: v.judge_score)
         assert best.memory_id == ids[answer]
-        above = [v for v in res.candidates if v.judge_score >= res.threshold]
+        reranked = sorted(res.candidates, key=lambda v: -v.rank_score)
+        above = [v for v in reranked if v.judge_score >= res.threshold]
         m = cfg["judge"]["max_pass"]
-        assert res.passed == above[:m]  # candidates come in search order; the judge only gates
+        assert res.passed == above[:m]  # the judge gates, the re-ranked order chooses
 
 
 def test_scores_are_deterministic(conn, stocked, rt):
@@ -77,25 +78,28 @@ def test_scores_are_deterministic(conn, stocked, rt):
     assert [(v.memory_id, v.judge_score) for v in a.candidates] == [(v.memory_id, v.judge_score) for v in b.candidates]
 
 
-def test_the_first_in_search_order_above_the_threshold_passes(conn, stocked, rt):
+def test_the_first_in_reranked_order_above_the_threshold_passes(conn, stocked, rt):
     sc, ids = stocked
     need, answer, miss = PAIRS[0]
     cfg = settings.load()
     cfg["judge"]["threshold"] = -100.0  # everything is above it
     res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
     order = [v.memory_id for v in res.candidates]
-    assert order == [h.id for h in search(conn, need, sc, limit=len(order))]
-    assert [v.memory_id for v in res.passed] == order[:1]
+    assert order == [h.id for h in search(conn, need, sc, limit=len(order))]  # candidates stay in search order
+    assert all(v.rank_score is not None for v in res.candidates)
+    reranked = [v.memory_id for v in sorted(res.candidates, key=lambda v: -v.rank_score)]
+    assert [v.memory_id for v in res.passed] == reranked[:1]
     cfg["judge"]["max_pass"] = 5
     res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
-    assert [v.memory_id for v in res.passed] == order
-    # a threshold just above the first candidate's score: the gate skips it
-    first = res.candidates[0].judge_score
+    assert sorted(v.memory_id for v in res.passed) == sorted(order)
+    # a threshold just above the re-ranked first's score: the gate skips it
+    first = next(v for v in res.candidates if v.memory_id == reranked[0]).judge_score
     cfg["judge"]["max_pass"] = 1
     cfg["judge"]["threshold"] = first + 1e-3
     res = judge.judge_need(conn, need, sc, cfg, runtime=rt)
-    want = [v.memory_id for v in res.candidates if v.judge_score >= first + 1e-3][:1]
-    assert [v.memory_id for v in res.passed] == want and order[0] not in want
+    by_id = {v.memory_id: v for v in res.candidates}
+    want = [i for i in reranked if by_id[i].judge_score >= first + 1e-3][:1]
+    assert [v.memory_id for v in res.passed] == want and reranked[0] not in want
     cfg["judge"]["threshold"] = 100.0
     assert judge.judge_need(conn, need, sc, cfg, runtime=rt).passed == []
 

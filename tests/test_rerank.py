@@ -1,10 +1,11 @@
-"""Background re-ranking with the real embedded model: order, deadline, no model."""
+"""Background re-ranking with the real embedded model: order, the words the model's gain
+counts, deadline, no model."""
 
 import time
 
 import pytest
 
-from recalld import llm, rerank, store
+from recalld import judge, llm, rerank, store
 from recalld.scope import resolve
 from recalld.search import search
 
@@ -38,8 +39,36 @@ def test_rerank_orders_by_likelihood_plus_coverage(conn, stocked, rt):
     scores = [r.rank_score for r in ranked]
     assert scores == sorted(scores, reverse=True)
     for r in ranked:
-        assert r.rank_score == pytest.approx(r.ql + rerank.SEARCH_WEIGHT * r.hit.rank)
+        assert r.rank_score == pytest.approx(r.gain + rerank.SEARCH_WEIGHT * r.hit.rank)
     assert ranked[0].hit.text == ANSWER
+    # the judge score is the mean gain over every token of the need, from the same decode
+    assert [r.ql for r in ranked] == pytest.approx(judge.score_texts(rt, NEED, [r.hit.text for r in ranked]))
+
+
+def test_words_are_grouped_from_the_tokenizers_pieces():
+    pieces = [" Which", " port", " does", " Ing", "rid", "'s", " pg", "bouncer", " use", "?"]
+    assert rerank.words(pieces) == [([0], "Which"), ([1], "port"), ([2], "does"), ([3, 4], "Ingrid"),
+                                    ([5], "'s"), ([6, 7], "pgbouncer"), ([8], "use"), ([9], "?")]
+
+
+@pytest.mark.model
+def test_the_gain_counts_only_the_informative_words_a_memory_lacks(conn, stocked, rt):
+    pieces = rt.pieces(judge.need_continuation(NEED))
+    qwords = rerank.query_words(pieces)
+    by_text = {"".join(pieces[i] for i in idx).strip(): stems for idx, stems in qwords}
+    # stopwords carry no stems, so the model's gain on them never counts
+    assert by_text["Which"] == [] and by_text["does"] == [] and by_text["on"] == []
+    assert by_text["listen"] == ["listen"] and by_text["Postgres"] == ["postgr"]
+    hits = {h.text: h for h in search(conn, NEED, stocked, limit=10)}
+    gains = [float(2 ** i) for i in range(len(pieces))]  # one bit per token: the sum says which counted
+
+    def counted(hit):
+        total = round(rerank.unmatched_gain(qwords, gains, hit) * len(gains))
+        return {"".join(pieces[i] for i in idx).strip() for idx, _ in qwords
+                if all(total >> i & 1 for i in idx)}
+
+    assert counted(hits[ANSWER]) == set()  # it holds every word of the need: the search said it all
+    assert counted(hits[MISSES[0]]) == {"port", "listen"}  # holds Postgres and staging only
 
 
 @pytest.mark.model
