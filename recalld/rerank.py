@@ -28,9 +28,10 @@ from recalld.scope import Scope
 from recalld.search import Hit, search
 from recalld.textproc import Stemmer, identifier_parts, informative, tokens
 
-RERANK_TOP = 10
+RERANK_TOP = 10  # search_reranked's default; the daemon's pass re-ranks judge.max_candidates
 # On the search's ranking key, not its coverage `score`: adding coverage alone dropped the
-# subject-label and bm25 terms, and measured 0.479 hit@1 against 0.512 (121 questions).
+# subject-label and bm25 terms. 3 was best of 2 / 2.5 / 3 / 4 / 5 with the gain on unmatched
+# words, on every answerable LoCoMo dev question (docs/evaluation.md).
 SEARCH_WEIGHT = 3.0
 
 
