@@ -562,7 +562,8 @@ class Daemon:
         r["above_floor"] = len(passed)
         r["detail"].update({
             "candidates": [{"id": v.memory_id, "search_score": round(float(v.search_score), 4),
-                            "judge_score": v.judge_score, "passed": bool(v.passed)} for v in cands],
+                            "judge_score": v.judge_score, "rank_score": getattr(v, "rank_score", None),
+                            "passed": bool(v.passed)} for v in cands],
             "threshold": getattr(res, "threshold", None),
             "model": getattr(res, "model", None),
             "model_ms": round(float(getattr(res, "model_ms", 0.0) or 0.0), 1),

@@ -234,6 +234,9 @@ def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path):
     det = r["detail"]
     assert det["judge_available"] and det["model"] and det["model_ms"] > 0
     assert r["candidates"] >= 1 and all(c["judge_score"] is not None for c in det["candidates"])
+    # the receipt says why the passed one was chosen: it is the first above the threshold by rank_score
+    above = sorted((c for c in det["candidates"] if c["judge_score"] >= det["threshold"]), key=lambda c: -c["rank_score"])
+    assert [c["id"] for c in det["candidates"] if c["passed"]] == [c["id"] for c in above[:1]]
     assert m1 in [q["memory_id"] for q in det["queued"]]
     rows = conn.execute("SELECT * FROM queue WHERE receipt_uid = ?", (r["uid"],)).fetchall()
     assert {row["id"] for row in rows} == {q["queue_id"] for q in det["queued"]}

@@ -47,10 +47,11 @@ def register(cli):
             click.echo("no candidates: the search found no memory for this need")
         for v in res.candidates:
             js = "-" if v.judge_score is None else f"{v.judge_score:+.3f}"
+            rs = "-" if v.rank_score is None else f"{v.rank_score:+.3f}"
             verdict = ("pass" if v.passed else "unjudged" if v.judge_score is None
                        else "outranked" if v.judge_score >= res.threshold else "fail")
             text = " ".join(v.text.split())
-            click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  judge {js:>7}  {verdict:8} "
+            click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  judge {js:>7}  rank {rs:>7}  {verdict:8} "
                        f"{text[:100]}{'...' if len(text) > 100 else ''}")
         if res.available and res.error:
             click.echo(f"error: {res.error}")
