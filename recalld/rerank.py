@@ -1,7 +1,7 @@
 """Re-ranking the search's top candidates in the background pass with the local model.
 
-The pre-step has no time for a model; the background pass does. There the top RERANK_TOP
-candidates of recalld.search are re-scored with query likelihood, the zero-shot re-ranker that
+The pre-step has no time for a model; the background pass does. There
+(recalld.judge.judge_need) the top judge.max_candidates of recalld.search are re-scored with query likelihood, the zero-shot re-ranker that
 works with any small causal model: how much a memory raises the log-probability of each of
 the query's tokens (recalld.judge.token_gains, the judge's own decode, so one decode per
 candidate serves both the re-ranking and the judge's threshold).
@@ -23,15 +23,12 @@ Not on the hook's path: this imports the model runtime.
 """
 
 import sqlite3
-import time
 from dataclasses import dataclass
 
 from recalld import judge, llm
-from recalld.scope import Scope
-from recalld.search import Hit, search
+from recalld.search import Hit
 from recalld.textproc import Stemmer, identifier_parts, informative, tokens
 
-RERANK_TOP = 10  # search_reranked's default; the daemon's pass re-ranks judge.max_candidates
 # On the search's ranking key, not its coverage `score`: adding coverage alone dropped the
 # subject-label and bm25 terms. 3 was best of 2 / 2.5 / 3 / 4 / 5 with the gain on unmatched
 # words, on every answerable LoCoMo dev question (docs/evaluation.md).
@@ -92,12 +89,12 @@ def unmatched_gain(qwords: list, gains: list, hit: Hit) -> float:
     return total / max(len(gains), 1)
 
 
-def rerank(runtime, query: str, hits: list, *, top: int = RERANK_TOP, search_weight: float = SEARCH_WEIGHT,
-           deadline: "float | None" = None) -> list:
-    """Hits re-ordered: the first `top` by the model's gain on the words each lacks +
-    search_weight * the search's ranking key, then any the deadline (time.monotonic()) left
-    unscored, then the rest, each in search order."""
-    head, tail = hits[:top], hits[top:]
+def rerank(runtime, query: str, hits: list, *, top: "int | None" = None,
+           search_weight: float = SEARCH_WEIGHT, deadline: "float | None" = None) -> list:
+    """Hits re-ordered: the first `top` (default: all) by the model's gain on the words each
+    lacks + search_weight * the search's ranking key, then any the deadline (time.monotonic())
+    left unscored, then the rest, each in search order."""
+    head, tail = (hits, []) if top is None else (hits[:top], hits[top:])
     if not head:
         return []
     try:
@@ -114,34 +111,3 @@ def rerank(runtime, query: str, hits: list, *, top: int = RERANK_TOP, search_wei
             scored.append(Ranked(h, sum(g) / max(len(g), 1), u + search_weight * h.rank, u))
     scored.sort(key=lambda r: -r.rank_score)
     return scored + unscored + [Ranked(h, None, None) for h in tail]
-
-
-@dataclass
-class RerankResult:
-    ranked: list
-    available: bool
-    model: "str | None"
-    model_ms: float
-    search_ms: float
-    error: "str | None" = None
-
-
-def search_reranked(conn, query: str, scope: Scope, cfg: dict, *, runtime=None, top: int = RERANK_TOP,
-                    timeout_s: float = 20.0) -> RerankResult:
-    """search -> rerank the top `top`. Without a model the search order stands and the result
-    says why (available=False), so a caller can tell "re-ranked" from "could not re-rank"."""
-    t0 = time.perf_counter()
-    hits = search(conn, query, scope, limit=top, floor=0.0) if query and query.strip() else []
-    search_ms = (time.perf_counter() - t0) * 1000
-    if runtime is None:
-        try:
-            runtime = llm.require_runtime("judge", cfg)
-        except llm.Unavailable as e:
-            return RerankResult([Ranked(h, None, None) for h in hits], False, None, 0.0, search_ms, str(e))
-    ms0 = runtime.model_ms
-    try:
-        ranked = rerank(runtime, query, hits, top=top, deadline=time.monotonic() + timeout_s)
-        err = None
-    except llm.LLMError as e:
-        ranked, err = [Ranked(h, None, None) for h in hits], f"rerank failed: {e}"
-    return RerankResult(ranked, True, runtime.name, runtime.model_ms - ms0, search_ms, err)
