@@ -62,10 +62,11 @@ def crystal_curve(budgets, directory=None) -> "dict | None":
     first: never served, then smallest). A crystal delivered as its tell counts its claims as
     withheld (the tell is reported separately). None without recalld/crystals.py."""
     try:
-        from recalld import crystal_source, crystals
+        from recalld.hook import crystal_source
+        from recalld.core import crystals
     except ImportError:
         return None
-    from recalld import pack, settings
+    from recalld.core import pack, settings
 
     directory = Path(directory) if directory else Path(__file__).resolve().parent.parent / "contrib" / "crystals"
     found = []

@@ -46,7 +46,8 @@ def hook_command() -> list[str]:
 
 def build_store(home: Path, n: int, project: str) -> float:
     os.environ["RECALLD_HOME"] = str(home)
-    from recalld import db, scope, store
+    from recalld.core import db, scope
+    from recalld import store
 
     conn = db.connect()
     sc = scope.Scope(project, "main")
@@ -73,7 +74,7 @@ def time_processes(cmds: dict, stdin: dict, runs: int, env: dict) -> dict:
 def run(quick: bool = False) -> dict:
     sizes = [1000, 10_000] if quick else [1000, 10_000, 100_000]
     runs = 15 if quick else 40
-    from recalld.install import ensure_bytecode
+    from recalld.install.plan import ensure_bytecode
 
     # As installed: `pip install` and `recalld install` leave .pyc files next to the modules.
     results = {"sizes": {}, "runs_per_size": runs, "hook_command": " ".join(hook_command()[:1]),
@@ -91,7 +92,8 @@ def run(quick: bool = False) -> dict:
                                   "hook_event_name": "UserPromptSubmit", "prompt": prompts[0]}).encode()
             t = time_processes({"bare": [sys.executable, "-c", "pass"], "hook": hook_command()},
                                {"hook": payload}, runs, env)
-            from recalld import db, scope, search, store
+            from recalld.core import db, scope, search
+            from recalld import store
 
             conn = db.connect()
             sc = scope.Scope(project, "main")

@@ -22,7 +22,8 @@ BUDGETS = (1000, 2000, 4000, 8000, 16000)
 
 
 def curve(budgets=BUDGETS, n_acts: int = 200, cap: int = 2000) -> dict:
-    from recalld import crystal_source, crystals, pack
+    from recalld.hook import crystal_source
+    from recalld.core import crystals, pack
 
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-crystal-budget-"))
     try:

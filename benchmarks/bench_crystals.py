@@ -91,7 +91,7 @@ def _pct(xs: list, q: float) -> float:
 
 
 def run(quick: bool = False) -> dict:
-    from recalld.install import ensure_bytecode
+    from recalld.install.plan import ensure_bytecode
 
     ensure_bytecode()  # as installed (see bench_core): the hook loads .pyc, not source
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-crystals-"))
@@ -133,8 +133,9 @@ def _run(quick: bool, tmp: Path) -> dict:
         subprocess.run(bare_cmd, capture_output=True, env=env)
         bare_ms.append((time.perf_counter() - t0) * 1000)
 
-    from recalld import crystal_source, crystals, db, pack, payloads, receipts
-    from recalld.commands import crystals as cmds
+    from recalld.hook import crystal_source, payloads
+    from recalld.core import crystals, db, pack, receipts
+    from recalld.cli import crystals as cmds
 
     conn = db.connect()
     recs = [r for r in receipts.read(conn, source="hook") if r.get("session", "").startswith("bench-")]

@@ -75,8 +75,9 @@ def _rss_mb(pid: int) -> float:
 
 
 def throughput(copies: int) -> dict:
-    from recalld import db, tailer
-    from recalld import transcripts as T
+    from recalld.core import db
+    from recalld.daemon import tailer
+    from recalld.daemon import transcripts as T
 
     srcs = sorted(TRANSCRIPTS.glob("*.jsonl"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,7 +161,9 @@ def throughput_runs(copies: int, runs: int) -> dict:
 
 
 def live(rounds: int, idle_s: float) -> dict:
-    from recalld import autostart, db, receipts, scope, settings, store
+    from recalld.hook import autostart
+    from recalld.core import db, receipts, scope, settings
+    from recalld import store
 
     tmp = tempfile.mkdtemp(prefix="recalld-bench-daemon-")
     env = dict(os.environ, RECALLD_HOME=str(Path(tmp) / "home"), HOME=str(Path(tmp) / "user"),
@@ -266,7 +269,7 @@ def _run(quick: bool) -> dict:
            "transcript_timing": transcript_timing()}
     try:
         import llama_cpp  # noqa: F401
-        from recalld import llm
+        from recalld.model import runtime as llm
 
         ok = llm.resolve("judge", {"models": {}}).available
     except ImportError:

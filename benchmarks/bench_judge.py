@@ -34,7 +34,9 @@ for p in (str(REPO), str(REPO / "benchmarks")):
 
 import locomo  # noqa: E402
 
-from recalld import judge, llm, settings  # noqa: E402
+from recalld.judge import judge  # noqa: E402
+from recalld.model import runtime as llm
+from recalld.core import settings
 
 QUICK_N = 12  # questions in --quick: a couple of minutes on a busy 2-core machine
 DEFAULT_N = 150  # the default sample; --all asks every question (hours on 2 cores)

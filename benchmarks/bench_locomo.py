@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
 
-from recalld import settings  # noqa: E402
+from recalld.core import settings  # noqa: E402
 
 CATS = ["multi-hop", "temporal", "open-domain", "single-hop", "overall"]
 

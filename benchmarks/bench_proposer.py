@@ -73,7 +73,7 @@ def plant(src: Path, dst: Path) -> None:
 
 
 def turns_of(path: Path) -> list:
-    from recalld import transcripts
+    from recalld.daemon import transcripts
 
     turns, cur = [], []
     for ev in transcripts.parse_file(str(path)):
@@ -107,7 +107,7 @@ def leaks(home: Path) -> dict:
 
 
 def _passes(files, per_turn: bool, runtime, examples: list) -> list:
-    from recalld import proposer
+    from recalld.capture import proposer
 
     results = []
     for f in files:
@@ -146,7 +146,7 @@ def run(quick: bool = False) -> dict:
 
 
 def _measure(files, tmp: Path, quick: bool) -> dict:
-    from recalld import llm
+    from recalld.model import runtime as llm
 
     t0 = time.perf_counter()
     runtime = llm.require_runtime("proposer", {"models": {}})

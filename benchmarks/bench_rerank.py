@@ -29,8 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
 
-from recalld import llm, rerank, settings  # noqa: E402
-from recalld.search import search  # noqa: E402
+from recalld.model import runtime as llm  # noqa: E402
+from recalld.judge import rerank
+from recalld.core import settings
+from recalld.core.search import search  # noqa: E402
 
 QUICK_N = 10
 

@@ -32,10 +32,11 @@ sys.path.insert(0, str(HERE))
 
 import synth  # noqa: E402
 
-from recalld import db, settings, store  # noqa: E402
-from recalld.scope import Scope  # noqa: E402
-from recalld.search import search  # noqa: E402
-from recalld.textproc import STOPWORDS  # noqa: E402
+from recalld.core import db, settings  # noqa: E402
+from recalld import store
+from recalld.core.scope import Scope  # noqa: E402
+from recalld.core.search import search  # noqa: E402
+from recalld.core.textproc import STOPWORDS  # noqa: E402
 
 FLOOR = float(settings.DEFAULTS["floor"])
 PROJECTS = ["/src/ledgerly", "/src/ledgerly-web", "/src/infra", "/src/dotfiles", "/src/scratch"]

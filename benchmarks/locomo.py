@@ -27,9 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from recalld import db, hook, pack, payloads, receipts, settings, store  # noqa: E402
-from recalld.scope import Scope  # noqa: E402
-from recalld.search import search  # noqa: E402
+from recalld.core import db, pack, receipts, settings  # noqa: E402
+from recalld.hook import payloads, run as hook
+from recalld import store
+from recalld.core.scope import Scope  # noqa: E402
+from recalld.core.search import search  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
 
-from recalld import search as S  # noqa: E402
-from recalld.textproc import Stemmer  # noqa: E402
+from recalld.core import search as S  # noqa: E402
+from recalld.core.textproc import Stemmer  # noqa: E402
 
 
 SHIPPED = "shipped: coverage (thread context 0.8 / 0.4) + 0.15 bm25 + 0.2 subject label"

@@ -10,9 +10,9 @@ import sys
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["hook"]:
-        from recalld.hook import main as hook_main
+        from recalld.hook.run import main as hook_main
 
         sys.exit(hook_main(argv[1:], exit_process=True))
-    from recalld.cli import cli
+    from recalld.cli.main import cli
 
     cli(prog_name="recalld")

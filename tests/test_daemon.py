@@ -12,7 +12,10 @@ import time
 import pytest
 
 from conftest import TRANSCRIPTS, payload, run_recalld
-from recalld import autostart, daemon, db, receipts, scope, settings, store
+from recalld.hook import autostart
+from recalld.daemon import service as daemon
+from recalld.core import db, receipts, scope, settings
+from recalld import store
 from test_tailer import appender, expected_keys, layout, stored_keys
 
 FAST = {"rescan_s": 0.5, "poll_s": 0.5, "debounce_s": 0.2, "max_wait_s": 1.0, "min_pass_interval_s": 0,
@@ -22,7 +25,7 @@ SHORT_SESSION = "55604662-cf2a-4331-851a-ec234028f8ca"
 
 
 def configure(**over):
-    # the proposer (registered through recalld/commands/proposals.py) is off: these tests are
+    # the proposer (wired by `recalld daemon run`) is off: these tests are
     # about the daemon's own passes and hooks, and a second model would only slow them down
     values = {"daemon": dict(FAST), "models": {"judge": "off"}, "proposals": {"enabled": False}}
     for k, v in over.items():
@@ -200,7 +203,7 @@ def test_broken_turn_end_hook_is_logged_not_fatal(home, tmp_path):
 
 def embedded_judge_or_skip():
     pytest.importorskip("llama_cpp")
-    from recalld import llm
+    from recalld.model import runtime as llm
 
     ch = llm.resolve("judge", {"models": {}})
     if not ch.available:
@@ -260,7 +263,7 @@ def test_judge_unavailable_pass_says_why(home, tmp_path):
     conn = db.connect()
     store.remember(conn, "mix phx.server needs Postgres running", scope.Scope(SPOTTER, "main"))
     d = daemon.Daemon(cfg=settings.load(), roots=[])
-    from recalld.needs import Need
+    from recalld.daemon.needs import Need
 
     need = Need(session="s1", agent="main", project=SPOTTER, cwd=SPOTTER,
                 query="why does mix phx.server not start", triggers=["intent"], first_at=0, due=0, events=3)
@@ -284,7 +287,7 @@ def test_pass_time_limit(home, tmp_path):
     d.judge_status["loaded"] = True
     d.judge_worker = daemon.JudgeWorker()
     conn = db.connect()
-    from recalld.needs import Need
+    from recalld.daemon.needs import Need
 
     need = Need(session="s1", agent="main", project=SPOTTER, cwd=SPOTTER, query="why", triggers=["intent"],
                 first_at=0, due=0, events=1)

@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 
-from recalld import db, receipts
+from recalld.core import db, receipts
 from tests.conftest import REPO, run_recalld
 
 WRITER = r"""
 import sys, time
-from recalld import db, scope, store
+from recalld.core import db, scope
+from recalld import store
 conn = db.connect()
 sc = scope.resolve(sys.argv[1])
 for i in range(int(sys.argv[2])):

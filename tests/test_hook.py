@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from recalld import db, hook, receipts, scope, store
+from recalld.core import db, receipts, scope
+from recalld.hook import run as hook
+from recalld import store
 from tests.conftest import REPO, payload, run_recalld
 
 
@@ -151,7 +153,7 @@ def test_huge_input_10mb(seeded, conn):
 
 
 def test_deadline_gives_timeout_receipt(seeded, conn, monkeypatch):
-    import recalld.search as search_mod
+    import recalld.core.search as search_mod
 
     real = search_mod.search
 

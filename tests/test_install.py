@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from recalld import install, receipts
+from recalld.install import plan as install
+from recalld.core import receipts
 from tests.conftest import REPO, run_recalld
 
 PREFIX = [sys.executable, "-m", "recalld"]
@@ -269,7 +270,7 @@ def test_installed_claude_commands_run_as_the_agent_runs_them(user, project):
         assert res.returncode == 0, res.stderr
         if res.stdout.strip():
             assert json.loads(res.stdout)["hookSpecificOutput"]["hookEventName"] == event
-    from recalld import db
+    from recalld.core import db
 
     recs = receipts.read(db.connect(readonly=True), session="s-inst")
     assert sorted(r["hook"] for r in recs) == ["pre-tool", "prompt-submit", "session-start"]
@@ -405,7 +406,7 @@ def git(repo, *args, check=True, env=None):
 
 
 def commit_receipts():
-    from recalld import db
+    from recalld.core import db
 
     return receipts.read(db.connect(readonly=True), hook="commit")
 
@@ -548,8 +549,8 @@ def test_hooks_dir_matches_the_installer():
 def test_daemon_autostart_follows_the_flag(user):
     """install turns on settings daemon.autostart only where this build has recalld/autostart.py
     and the setting; --no-daemon leaves settings alone."""
-    from recalld import settings
-    from recalld.commands.install import autostart_available
+    from recalld.core import settings
+    from recalld.cli.install import autostart_available
 
     res = run_recalld(["install", "claude-code", "--no-daemon", "--command", shlex.join(PREFIX), "--json"])
     assert res.returncode == 0, res.stderr
@@ -574,7 +575,7 @@ def test_plugin_wrapper_runs_recalld_or_nothing(user, project, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{shim}:/usr/bin:/bin")
     res = subprocess.run([str(wrapper), "prompt-submit"], input=payload, env=env, capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    from recalld import db
+    from recalld.core import db
 
     assert [r["hook"] for r in receipts.read(db.connect(readonly=True), session="s-plugin")] == ["prompt-submit"]
     # without recalld on PATH: nothing, and exit 0 (not an error on every prompt)
@@ -590,8 +591,8 @@ def test_doctor_knows_every_module_a_hook_loads_and_their_bytecode(home, project
     import subprocess as _sp
     import sys as _sys
 
-    from recalld import doctor
-    from recalld.install import ensure_bytecode
+    from recalld.install import doctor
+    from recalld.install.plan import ensure_bytecode
     from tests.conftest import REPO
 
     code = (

@@ -10,9 +10,12 @@ import json
 
 import pytest
 
-from recalld import judge, llm, settings, store
-from recalld.scope import resolve
-from recalld.search import search
+from recalld.judge import judge
+from recalld.model import runtime as llm
+from recalld.core import settings
+from recalld import store
+from recalld.core.scope import resolve
+from recalld.core.search import search
 from tests.conftest import TRANSCRIPTS, run_recalld
 
 EMBEDDED = llm.embedded_path()

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from recalld import llm, settings
+from recalld.model import runtime as llm
+from recalld.core import settings
 from tests.conftest import run_recalld
 
 EMBEDDED = llm.embedded_path()

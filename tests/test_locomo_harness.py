@@ -156,7 +156,7 @@ def test_cli_bad_data_path_is_one_clear_error(tmp_path):
 
 
 def test_runner_writes_report_figures_and_marks_failures(data, tmp_path):
-    from recalld import bench
+    from recalld.bench import run as bench
 
     bdir = tmp_path / "benches"
     bdir.mkdir()

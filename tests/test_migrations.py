@@ -3,8 +3,8 @@ by every store already past it), and a store at any earlier version upgrades to 
 
 import sqlite3
 
-from recalld import db
-from recalld.migrations import MIGRATIONS
+from recalld.core import db
+from recalld.core.migrations import MIGRATIONS
 
 
 def test_numbers_are_contiguous_and_in_order():

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from recalld import crystal_source, crystals, hook, pack
+from recalld.hook import crystal_source, run as hook
+from recalld.core import crystals, pack
 from tests.conftest import run_recalld
 
 SOURCES = ("crystal", "queue", "memory", "proposal")

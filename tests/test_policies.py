@@ -3,8 +3,8 @@ rule rejects what it should (and only that), counted by reason."""
 
 import pytest
 
-from recalld import policies
-from recalld.policies import Draft, redact, screen
+from recalld.capture import policies
+from recalld.capture.policies import Draft, redact, screen
 
 # (kind, text with the secret, the secret value that must disappear)
 SECRETS = [
@@ -153,7 +153,7 @@ def test_fast_paths_redact_exactly_what_the_plain_patterns_do():
     # cues are absent; with every shortcut off (each pattern's own sub) the output must match.
     import random
 
-    from recalld import redact as R
+    from recalld.core import redact as R
 
     def plain(text):
         counts = {}

@@ -7,7 +7,10 @@ import sqlite3
 
 import pytest
 
-from recalld import drafts, hook, policies, proposals, receipts, scope, store
+from recalld.core import drafts, receipts, scope
+from recalld.hook import run as hook
+from recalld.capture import policies, proposals
+from recalld import store
 from tests.conftest import run_recalld
 
 TEXT = ("The exporter must write cents as integers, because float rounding lost a cent on "
@@ -150,8 +153,8 @@ def _approve_in_process(home, pid, barrier, results):
     import os
 
     os.environ["RECALLD_HOME"] = home
-    from recalld import db as db_
-    from recalld import proposals as lib
+    from recalld.core import db as db_
+    from recalld.capture import proposals as lib
 
     c = db_.connect()
     barrier.wait()

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from recalld import drafts, hook, proposer, receipts, scope, store, transcripts
+from recalld.core import drafts, receipts, scope
+from recalld.hook import run as hook
+from recalld.capture import proposer
+from recalld import store
+from recalld.daemon import transcripts
 from tests.conftest import REPO, TRANSCRIPTS, run_recalld
 
 PKG = REPO / "recalld"
 # Modules that write memories (or reach code that does); the proposer must reach none of them.
-WRITERS = {"recalld.store", "recalld.proposals", "recalld.cli", "recalld.mcp_server"}
+WRITERS = {"recalld.store", "recalld.capture.proposals", "recalld.cli.main", "recalld.mcp"}
 
 
 def _imports(module: str) -> set:
@@ -54,8 +58,8 @@ def import_closure(root: str) -> dict:
 
 
 def test_the_proposer_has_no_import_path_to_memory_writes():
-    closure = import_closure("recalld.proposer")
-    assert "recalld.drafts" in closure and "recalld.policies" in closure and "recalld.llm" in closure
+    closure = import_closure("recalld.capture.proposer")
+    assert "recalld.core.drafts" in closure and "recalld.capture.policies" in closure and "recalld.model.runtime" in closure
     reached = WRITERS & set(closure)
     assert not reached, {m: closure[m] for m in reached}
     assert "<dynamic import>" not in closure  # nothing the walk cannot see
@@ -63,7 +67,7 @@ def test_the_proposer_has_no_import_path_to_memory_writes():
 
 def test_the_walk_would_notice_a_writer():
     # The same walk from the approvals module does reach the store: the check can fail.
-    assert "recalld.store" in import_closure("recalld.proposals")
+    assert "recalld.store" in import_closure("recalld.capture.proposals")
 
 
 def test_the_proposer_handle_cannot_write_memories(home, project):
@@ -96,7 +100,7 @@ def test_the_proposer_handle_cannot_write_memories(home, project):
 
 @pytest.fixture(scope="module")
 def runtime():
-    from recalld import llm
+    from recalld.model import runtime as llm
 
     try:
         return llm.require_runtime("proposer", {"models": {}})
@@ -146,23 +150,15 @@ def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime):
     assert receipts.read(c, source="proposer")[0]["hook"] == "daemon"
     c.close()
 
-    class D:
-        hooks = []
+    from recalld.cli import daemon as daemon_cmds
 
-        def add_turn_end_hook(self, fn):
-            self.hooks.append(fn)
-
-    from recalld.commands import proposals as cmd
-
-    d = D()
-    cmd.register_daemon(d)
-    assert d.hooks == [proposer.on_turn_end]
+    assert daemon_cmds.turn_end_hooks() == (proposer.on_turn_end,)
 
 
 def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch):
     # The judge stops a running draft (recalld.llm.LLMPreempted); the daemon hands each turn
     # over once, so on_turn_end tries the pass again instead of losing the turn.
-    from recalld import llm
+    from recalld.model import runtime as llm
 
     class Preempting:
         """The real runtime, except that its first generation is preempted."""

@@ -5,9 +5,11 @@ import time
 
 import pytest
 
-from recalld import judge, llm, rerank, store
-from recalld.scope import resolve
-from recalld.search import search
+from recalld.judge import judge, rerank
+from recalld.model import runtime as llm
+from recalld import store
+from recalld.core.scope import resolve
+from recalld.core.search import search
 
 EMBEDDED = llm.embedded_path()
 

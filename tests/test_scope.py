@@ -4,8 +4,9 @@ project; other projects and other agents' private notes never leak."""
 import os
 import subprocess
 
-from recalld import scope, store
-from recalld.search import search
+from recalld.core import scope
+from recalld import store
+from recalld.core.search import search
 
 
 def git(*args, cwd):

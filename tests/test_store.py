@@ -4,8 +4,9 @@ import sqlite3
 
 import pytest
 
-from recalld import scope, store
-from recalld.search import search
+from recalld.core import scope
+from recalld import store
+from recalld.core.search import search
 
 
 @pytest.fixture
@@ -42,13 +43,13 @@ def test_supersede_marks_links_and_hides(conn, sc):
 def test_cannot_supersede_twice_or_out_of_scope(conn, sc, tmp_path):
     a = store.remember(conn, "alpha fact", sc, check_similar=False).memory
     store.remember(conn, "alpha fact v2", sc, supersedes=[a["id"]], check_similar=False)
-    with pytest.raises(store.MemoryError_, match="already invalid"):
+    with pytest.raises(store.StoreError, match="already invalid"):
         store.remember(conn, "alpha fact v3", sc, supersedes=[a["id"]], check_similar=False)
     other = scope.Scope(str(tmp_path / "elsewhere"), "main")
     b = store.remember(conn, "beta fact", sc, check_similar=False).memory
-    with pytest.raises(store.MemoryError_, match="not in this scope"):
+    with pytest.raises(store.StoreError, match="not in this scope"):
         store.remember(conn, "beta fact from elsewhere", other, supersedes=[b["id"]], check_similar=False)
-    with pytest.raises(store.MemoryError_, match="does not exist"):
+    with pytest.raises(store.StoreError, match="does not exist"):
         store.remember(conn, "gamma", sc, supersedes=[9999], check_similar=False)
     # a failed write wrote nothing
     assert conn.execute("SELECT count(*) FROM memories WHERE text LIKE 'alpha fact v3%' OR text LIKE 'gamma%'").fetchone()[0] == 0
@@ -59,9 +60,9 @@ def test_retract(conn, sc):
     r = store.retract(conn, m["id"], "staging was decommissioned", sc)
     assert r["invalid_at"] and r["invalid_reason"] == "staging was decommissioned" and r["superseded_by"] is None
     assert search(conn, "staging DB", sc) == []
-    with pytest.raises(store.MemoryError_):
+    with pytest.raises(store.StoreError):
         store.retract(conn, m["id"], "again", sc)
-    with pytest.raises(store.MemoryError_, match="reason"):
+    with pytest.raises(store.StoreError, match="reason"):
         store.retract(conn, m["id"], "  ", sc)
 
 
@@ -87,7 +88,7 @@ def test_validation_errors_are_clear(conn, sc):
                         ({"text": "ok", "kind": "rumour"}, "unknown kind"),
                         ({"text": "ok", "scope": "global"}, "unknown scope")]:
         text = kwargs.pop("text")
-        with pytest.raises(store.MemoryError_, match=msg):
+        with pytest.raises(store.StoreError, match=msg):
             store.remember(conn, text, sc, check_similar=False, **kwargs)
 
 
@@ -105,9 +106,9 @@ def test_import_is_all_or_nothing(conn, sc, tmp_path):
     assert [r.memory["text"] for r in res] == ["imported one", "imported two"]
     before = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
     bad = ['{"text": "fine"}', '{"text": "bad kind", "kind": "gossip"}']
-    with pytest.raises(store.MemoryError_, match="line 2"):
+    with pytest.raises(store.StoreError, match="line 2"):
         store.import_jsonl(conn, bad, sc)
-    with pytest.raises(store.MemoryError_, match="line 1: not JSON"):
+    with pytest.raises(store.StoreError, match="line 1: not JSON"):
         store.import_jsonl(conn, ["{nope"], sc)
     assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before
 
@@ -116,7 +117,7 @@ def test_import_supersedes_and_names_the_failing_line(conn, sc):
     a = store.remember(conn, "old import target", sc, check_similar=False).memory
     res = store.import_jsonl(conn, [f'{{"text": "new import target", "supersedes": [{a["id"]}]}}'], sc)
     assert res[0].superseded[0]["superseded_by"] == res[0].memory["id"]
-    with pytest.raises(store.MemoryError_, match="line 3: m.* already invalid"):
+    with pytest.raises(store.StoreError, match="line 3: m.* already invalid"):
         store.import_jsonl(conn, ['{"text": "fine"}', "", f'{{"text": "again", "supersedes": [{a["id"]}]}}'], sc)
     assert [c["action"] for c in store.history(conn, a["id"])[1]["changes"]] == ["imported"]
 
@@ -145,8 +146,8 @@ def test_threads_link_each_memory_to_the_previous_one_in_its_project(conn, sc, t
 
 def test_bad_threads_are_clear_errors_and_write_nothing(conn, sc):
     before = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
-    with pytest.raises(store.MemoryError_, match="line 2: thread must be a string"):
+    with pytest.raises(store.StoreError, match="line 2: thread must be a string"):
         store.import_jsonl(conn, ['{"text": "fine", "thread": "t"}', '{"text": "bad", "thread": 7}'], sc)
-    with pytest.raises(store.MemoryError_, match="thread name is 201 characters"):
+    with pytest.raises(store.StoreError, match="thread name is 201 characters"):
         store.remember(conn, "fine", sc, thread="x" * 201, check_similar=False)
     assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from conftest import TRANSCRIPTS
-from recalld import db, tailer
-from recalld import transcripts as T
-from recalld.redact import redact
+from recalld.core import db
+from recalld.daemon import tailer
+from recalld.daemon import transcripts as T
+from recalld.core.redact import redact
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
 
@@ -274,7 +275,7 @@ def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
     """Transcripts carry whatever the agent saw; nothing secret may reach the store."""
     import json as _json
 
-    from recalld import db as _db
+    from recalld.core import db as _db
 
     src = TRANSCRIPTS / "spotter-short.jsonl"
     lines = src.read_text().splitlines()

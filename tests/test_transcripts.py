@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import TRANSCRIPTS
-from recalld import transcripts as T
+from recalld.daemon import transcripts as T
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
 

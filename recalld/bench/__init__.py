@@ -1,0 +1,1 @@
+"""`recalld bench`: the benchmark runner."""

@@ -1,0 +1,1 @@
+"""Capture: the proposer, its policies, and proposals' state machine."""

@@ -1,0 +1,1 @@
+"""The click CLI: a thin layer over the library."""

@@ -1,0 +1,162 @@
+"""`recalld daemon run|start|stop|status`."""
+
+import os
+import signal
+import sys
+import time
+
+import click
+
+
+def turn_end_hooks() -> tuple:
+    """What runs at every live turn end; `daemon run` is the one place the daemon is assembled."""
+    from recalld.capture import proposer
+
+    return (proposer.on_turn_end,)
+
+
+def register(cli):
+    @cli.group()
+    def daemon():
+        """The background daemon: tails transcripts, judges needs, queues what passes."""
+
+    @daemon.command("run")
+    def run_cmd():
+        """Run in the foreground until SIGTERM or Ctrl-C (logs: RECALLD_HOME/logs/daemon.log)."""
+        from recalld.hook import autostart
+        from recalld.daemon import service as d
+
+        pid = autostart.running_pid()
+        if pid is not None:
+            # exit status 3 (not 1): service managers are told not to restart on it
+            click.echo(f"recalld: a daemon is already running (pid {pid})", err=True)
+            sys.exit(3)
+        dm = d.Daemon(turn_end_hooks=turn_end_hooks())
+        click.echo(f"recalld daemon: pid {os.getpid()}, log {d.log_path()}", err=True)
+        code = dm.run()
+        if code == 3:
+            click.echo(f"recalld: a daemon is already running (pid {autostart.running_pid()})", err=True)
+        sys.exit(code)
+
+    @daemon.command("start")
+    @click.option("--wait", "wait_s", default=10.0, show_default=True, help="Seconds to wait for it to come up.")
+    def start_cmd(wait_s):
+        """Start the daemon in the background (a no-op when one is running)."""
+        from recalld.hook import autostart
+        from recalld.cli.common import Fail
+
+        pid = autostart.running_pid()
+        if pid is not None:
+            click.echo(f"already running (pid {pid})")
+            return
+        child = autostart.spawn()
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            pid = autostart.running_pid()
+            if pid is not None:
+                click.echo(f"started (pid {pid if pid > 0 else child})")
+                return
+            if _exited(child):
+                break
+            time.sleep(0.1)
+        raise Fail(f"the daemon did not come up (pid {child}); see {_log()}")
+
+    @daemon.command("stop")
+    @click.option("--wait", "wait_s", default=30.0, show_default=True, help="Seconds to wait for a clean exit.")
+    def stop_cmd(wait_s):
+        """Stop the background daemon (SIGTERM, then wait for a clean shutdown)."""
+        from recalld.hook import autostart
+        from recalld.cli.common import Fail
+
+        pid = autostart.running_pid()
+        if pid is None:
+            click.echo("not running")
+            return
+        if pid <= 0:
+            raise Fail("a daemon holds the lock but wrote no pid file; stop it by hand")
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            click.echo("not running")
+            return
+        except PermissionError:
+            raise Fail(f"not allowed to signal pid {pid}")
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            if autostart.running_pid() is None:
+                click.echo(f"stopped (pid {pid})")
+                return
+            time.sleep(0.1)
+        raise Fail(f"pid {pid} did not stop within {wait_s:g} s (it may be finishing a model call)")
+
+    @daemon.command("status")
+    @click.option("--json", "as_json", is_flag=True)
+    def status_cmd(as_json):
+        """Uptime, watched roots, sessions and offsets, queue depth, judge model, passes, last error."""
+        from recalld.daemon import service as d
+        from recalld.cli.common import echo_json
+
+        st = d.status()
+        if as_json:
+            echo_json(st)
+            return
+        click.echo(_format(st))
+
+
+def _exited(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:
+        return True
+
+
+def _log() -> str:
+    from recalld.daemon import service as d
+
+    return str(d.log_path())
+
+
+def _format(st: dict) -> str:
+    lines = []
+    if st["running"]:
+        lines.append(f"running: pid {st.get('pid')}, up {_dur(st.get('uptime_s'))}, watching by {st.get('watch_mode')}")
+    else:
+        lines.append("not running")
+        lr = st.get("last_run") or {}
+        if lr:
+            lines.append(f"  last run: started {lr.get('started_at')}, last status {lr.get('written_at')}")
+    lines.append(f"autostart: {'on' if st.get('autostart') else 'off'}   log: {st.get('log')}")
+    lines.append("roots:")
+    for r in st.get("roots") or []:
+        flags = [] if r.get("exists") else ["missing"]
+        if r.get("watched"):
+            flags.append("watched")
+        lines.append(f"  {r['path']} ({r['agent']}){' [' + ', '.join(flags) + ']' if flags else ''}")
+    j = st.get("judge") or {}
+    if j.get("available") is False:
+        lines.append(f"judge: unavailable: {j.get('reason')}")
+    else:
+        lines.append(f"judge: {j.get('model')} ({j.get('source')}), {'loaded' if j.get('loaded') else 'not loaded'}")
+    lines.append(f"transcripts: {st.get('files', 0)} files, {st.get('lines', 0)} lines, "
+                 f"{st.get('events', 0)} events, {st.get('malformed', 0)} malformed; {st.get('sessions', 0)} sessions")
+    for o in (st.get("offsets") or [])[:5]:
+        lines.append(f"  {o['path']}: offset {o['offset']}, {o['lines']} lines ({o['reason']} {o['time']})")
+    lines.append(f"queue depth: {st.get('queue_depth', 0)}")
+    p = st.get("passes") or {}
+    if p:
+        lines.append("passes this run: " + (", ".join(f"{k} {v}" for k, v in p.items() if v) or "none"))
+    lines.append(f"passes recorded: {st.get('passes_recorded', 0)}")
+    err = st.get("last_error") or st.get("last_pass_error")
+    if err:
+        lines.append(f"last error: {err.get('time')}: {err.get('message') or err.get('error')}")
+    return "\n".join(lines)
+
+
+def _dur(s) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"

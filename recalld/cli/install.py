@@ -1,0 +1,290 @@
+"""`recalld install|uninstall AGENT` and `recalld doctor`: a thin layer over recalld.install."""
+
+import importlib.util
+import json
+
+import click
+
+
+def _fail(msg):
+    from recalld.cli.common import Fail
+
+    return Fail(msg)
+
+
+def _scope_options(f):
+    f = click.option("--user", "scope", flag_value="user", default=True,
+                     help="The user's own settings (default).")(f)
+    f = click.option("--project", "scope", flag_value="project",
+                     help="The project's settings (the git repository of --cwd).")(f)
+    f = click.option("--cwd", type=click.Path(file_okay=False, exists=True),
+                     help="Find the project from here (default: current directory).")(f)
+    return f
+
+
+def autostart_available() -> bool:
+    """The daemon's autostart lives in recalld/autostart.py when this build has it."""
+    try:
+        return importlib.util.find_spec("recalld.hook.autostart") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _set_autostart() -> "bool | None":
+    from recalld.core import settings
+
+    if not autostart_available() or "autostart" not in (settings.DEFAULTS.get("daemon") or {}):
+        return None
+    over = settings.load_overrides()
+    if (over.get("daemon") or {}).get("autostart") is True:
+        return True
+    over.setdefault("daemon", {})["autostart"] = True
+    settings.save(over)
+    return True
+
+
+def _print_plan(plan, records, dry_run: bool, show_diff: bool) -> None:
+    for c in plan.changes:
+        if not c.changed:
+            click.echo(f"unchanged {c.path}")
+            continue
+        verb = "would change" if dry_run else ("removed" if c.after is None and c.restore_from is None
+                                                else "updated" if c.before is not None else "created")
+        what = f" ({', '.join(c.what)})" if c.what else ""
+        click.echo(f"{verb} {c.path}{what}")
+        if show_diff:
+            click.echo(c.diff(), nl=False)
+    for r in records:
+        if r.get("backup"):
+            click.echo(f"  backup of {r['file']}: {r['backup']}")
+        if r.get("chained"):
+            click.echo(f"  your existing hook now runs first, from {r['chained']}")
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+
+
+def _plan_json(plan, records, dry_run) -> dict:
+    return {"action": plan.action, "agent": plan.agent, "scope": plan.scope, "dry_run": dry_run,
+            "changed": plan.changed, "notes": plan.notes,
+            "files": [{"path": str(c.path), "changed": c.changed, "what": c.what,
+                       "deleted": c.changed and c.after is None and c.restore_from is None} for c in plan.changes],
+            "records": records}
+
+
+def _agent_install_command(agent: str):
+    @click.command(name=agent)
+    @_scope_options
+    @click.option("--command", "command", help="How agents should run recalld (default: the absolute "
+                  "path of this recalld, or `python -m recalld`).")
+    @click.option("--no-mcp", is_flag=True, help="Hooks only; leave the MCP server out.")
+    @click.option("--daemon/--no-daemon", default=True, show_default=True,
+                  help="Turn on daemon autostart (settings daemon.autostart) where this build has it.")
+    @click.option("--force", is_flag=True, help="Replace an MCP server named `recalld` that is not recalld's.")
+    @click.option("--dry-run", is_flag=True, help="Show the changes as a diff; write nothing.")
+    @click.option("--json", "as_json", is_flag=True)
+    def cmd(scope, cwd, command, no_mcp, daemon, force, dry_run, as_json):
+        from recalld.install import plan as install
+        from recalld.cli.common import echo_json
+
+        try:
+            plan = install.plan_install(agent, scope, cwd, command, mcp=not no_mcp, force=force)
+            records = [] if dry_run else install.apply(plan)
+        except (install.InstallError, OSError, ValueError) as e:
+            raise _fail(str(e))
+        autostart = None
+        if daemon and not dry_run:
+            autostart = _set_autostart()
+        bytecode = None if dry_run else install.ensure_bytecode()
+        if as_json:
+            echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart, bytecode=bytecode))
+            return
+        _print_plan(plan, records, dry_run, show_diff=dry_run)
+        if autostart:
+            click.echo("daemon autostart: on (settings daemon.autostart; `recalld config set daemon.autostart false` turns it off)")
+        if not dry_run:
+            click.echo(f"recalld is {'wired into' if plan.changed else 'already in'} {agent} ({scope}). "
+                       "`recalld doctor` checks it.")
+
+    cmd.help = (f"Add recalld's hooks and MCP server to {agent}'s settings (idempotent; "
+                "keeps everything else; backs up each file it changes).")
+    return cmd
+
+
+def _agent_uninstall_command(agent: str):
+    @click.command(name=agent)
+    @_scope_options
+    @click.option("--dry-run", is_flag=True, help="Show the changes as a diff; write nothing.")
+    @click.option("--json", "as_json", is_flag=True)
+    def cmd(scope, cwd, dry_run, as_json):
+        from recalld.install import plan as install
+        from recalld.cli.common import echo_json
+
+        try:
+            plan = install.plan_uninstall(agent, scope, cwd)
+            records = [] if dry_run else install.apply(plan)
+        except (install.InstallError, OSError) as e:
+            raise _fail(str(e))
+        if as_json:
+            echo_json(_plan_json(plan, records, dry_run))
+            return
+        _print_plan(plan, records, dry_run, show_diff=dry_run)
+        if not plan.changed and not dry_run:
+            click.echo(f"recalld was not in {agent} ({scope}); nothing to remove")
+
+    cmd.help = f"Remove exactly the hooks and MCP server `recalld install {agent}` added."
+    return cmd
+
+
+def register(cli):
+    from recalld.install.plan import AGENTS
+
+    @cli.group()
+    def install():
+        """Wire recalld into an agent (claude-code, codex, gemini) or a git repository."""
+
+    @cli.group()
+    def uninstall():
+        """Take recalld out of an agent or a git repository again (exactly what install added)."""
+
+    for agent in AGENTS:
+        install.add_command(_agent_install_command(agent))
+        uninstall.add_command(_agent_uninstall_command(agent))
+
+    @install.command("git-hook")
+    @click.option("--cwd", type=click.Path(file_okay=False, exists=True))
+    @click.option("--command", "command", help="How the hook should run recalld.")
+    @click.option("--dry-run", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True)
+    def install_git_hook(cwd, command, dry_run, as_json):
+        """Add a pre-commit hook that offers `commit` notes and never blocks the commit.
+        An existing pre-commit hook keeps running first, with its own exit status."""
+        from recalld.install import plan as lib
+        from recalld.cli.common import echo_json
+
+        try:
+            plan = lib.plan_git_hook_install(cwd, command)
+            records = [] if dry_run else lib.apply(plan)
+            if not dry_run:
+                lib.ensure_bytecode()
+        except (lib.InstallError, OSError) as e:
+            raise _fail(str(e))
+        if as_json:
+            echo_json(_plan_json(plan, records, dry_run))
+            return
+        _print_plan(plan, records, dry_run, show_diff=dry_run)
+
+    @uninstall.command("git-hook")
+    @click.option("--cwd", type=click.Path(file_okay=False, exists=True))
+    @click.option("--dry-run", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True)
+    def uninstall_git_hook(cwd, dry_run, as_json):
+        """Remove recalld's pre-commit hook (and put back the one it chained, if any)."""
+        from recalld.install import plan as lib
+        from recalld.cli.common import echo_json
+
+        try:
+            plan = lib.plan_git_hook_uninstall(cwd)
+            records = [] if dry_run else lib.apply(plan)
+        except (lib.InstallError, OSError) as e:
+            raise _fail(str(e))
+        if as_json:
+            echo_json(_plan_json(plan, records, dry_run))
+            return
+        _print_plan(plan, records, dry_run, show_diff=dry_run)
+        if not plan.changed and not dry_run:
+            click.echo("no recalld pre-commit hook here; nothing to remove")
+
+    @cli.command()
+    @click.option("--cwd", type=click.Path(file_okay=False, exists=True))
+    @click.option("--command", "command", help="Time this command's hook instead of this recalld's.")
+    @click.option("--no-hook-run", is_flag=True, help="Skip the timed hook run.")
+    @click.option("--json", "as_json", is_flag=True)
+    def doctor(cwd, command, no_hook_run, as_json):
+        """What is installed where, where state lives, and one timed `prompt-submit` hook run."""
+        from recalld.install import doctor as lib
+        from recalld.cli.common import echo_json
+
+        rep = lib.report(cwd, command, run_hook=not no_hook_run)
+        if as_json:
+            echo_json(rep)
+            return
+        _print_doctor(rep)
+
+
+def _print_doctor(rep: dict) -> None:
+    import shlex
+
+    click.echo(f"recalld {rep['version']} ({rep['python']})")
+    click.echo(f"command: {shlex.join(rep['command'])}")
+    if rep.get("command_warning"):
+        click.echo(f"  warning: {rep['command_warning']}")
+    click.echo("\nagents:")
+    for a in rep["agents"]:
+        if a["error"]:
+            state = f"unreadable: {a['error']}"
+        elif not a["installed"]:
+            state = "not installed"
+        else:
+            state = ("installed" if a["complete"] else "partly installed") + \
+                f" (hooks: {', '.join(a['hooks']) or 'none'}; mcp: {'yes' if a['mcp'] else 'no'})"
+        click.echo(f"  {a['agent']:12} {a['scope']:8} {state}")
+        if a["installed"] or a["error"]:
+            click.echo(f"  {'':12} {'':8} {a['hooks_file']}" +
+                       (f", {a['mcp_file']}" if a["mcp_file"] != a["hooks_file"] else ""))
+        for exe in a.get("missing_executables") or []:
+            click.echo(f"  {'':12} {'':8} warning: {exe} is not there any more; run install again")
+    g = rep["git_hook"]
+    if not g.get("repository"):
+        click.echo(f"  {'git-hook':12} {'':8} (not in a git repository)")
+    else:
+        gs = ("installed" + (", chained after your hook" if g["chained"] else "")) if g["installed"] else "not installed"
+        click.echo(f"  {'git-hook':12} {'repo':8} {gs} ({g['path']})")
+    s = rep["state"]
+    click.echo(f"\nstate: {s['home']}")
+    if s["db_exists"]:
+        click.echo(f"  database {s['db_path']}: {s['db_bytes']} bytes (+{s['wal_bytes']} WAL), schema "
+                   f"{s['schema_version']} (code expects {s['expected_schema_version']}), "
+                   f"{s['current_memories']} current memories of {s['memories']}, {s['receipts']} receipts")
+    else:
+        click.echo(f"  database {s['db_path']}: not created yet")
+    click.echo(f"  fallback receipts: {s['fallback_receipts']} ({s['fallback_receipts_path']})")
+    if s.get("error"):
+        click.echo(f"  error: {s['error']}")
+    for name in ("models", "daemon"):
+        m = rep[name]
+        if not m.get("available"):
+            click.echo(f"{name}: not part of this build")
+        elif m.get("error"):
+            click.echo(f"{name}: {m['error']}")
+        elif name == "models" and isinstance(m.get("status"), dict) and all(
+                isinstance(v, dict) and "role" in v for v in m["status"].values()):
+            for role, c in m["status"].items():
+                click.echo(f"model {role}: " + (f"{c['path']} ({c['source']}, {c['size']} bytes)"
+                                                if c.get("available") else f"none ({c.get('reason')})"))
+        elif name == "daemon" and isinstance(m.get("status"), dict) and "running" in m["status"]:
+            d = m["status"]
+            click.echo(f"daemon: {'running, pid ' + str(d['pid']) if d['running'] else 'not running'}; "
+                       f"autostart {'on' if d['autostart'] else 'off'}")
+        else:
+            click.echo(f"{name}: {json.dumps(m.get('status'), default=str)[:500]}")
+    b = rep.get("bytecode")
+    if b:
+        if b["missing_or_stale"]:
+            click.echo(f"\nbytecode: {len(b['missing_or_stale'])} of {b['hot_modules']} hook modules have no current "
+                       f".pyc, so every hook run recompiles them; `recalld install ...` or "
+                       f"`python3 -m compileall {b['package']}` fixes it")
+        else:
+            click.echo(f"\nbytecode: compiled ({b['hot_modules']} hook modules)")
+    h = rep.get("hook_run")
+    if h:
+        click.echo(f"\nhook run: {shlex.join(h['command'])}")
+        if h["wall_ms"] is not None:
+            click.echo(f"  wall {h['wall_ms']} ms (a bare `python3 -c pass` here: {h['bare_python_ms']} ms), "
+                       f"exit {h['exit_code']}, output {'valid' if h['stdout_valid'] else 'INVALID'}")
+        r = h.get("receipt")
+        if r:
+            click.echo(f"  receipt: {r['outcome']} in {r['duration_ms']} ms inside the hook, "
+                       f"{r['delivered']} delivered ({r['stored']})" + (f", error {r['error']}" if r['error'] else ""))
+        if h.get("error"):
+            click.echo(f"  problem: {h['error']}")
+

@@ -1,0 +1,61 @@
+"""`recalld judge NEED`: the daemon's search-and-judge pass, once, in the foreground.
+
+It prints every candidate with its search score, judge score and verdict, so a user can see
+where the threshold cuts and move it (`recalld config set judge.threshold X`).
+"""
+
+import click
+
+
+def register(cli):
+    @cli.command()
+    @click.argument("need")
+    @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here (default: current directory).")
+    @click.option("--threshold", type=float, default=None, help="Override settings judge.threshold for this run.")
+    @click.option("--candidates", "max_candidates", type=click.IntRange(1, 50), default=None,
+                  help="Override settings judge.max_candidates for this run.")
+    @click.option("--max-pass", type=click.IntRange(0, 50), default=None,
+                  help="Override settings judge.max_pass (how many may pass) for this run.")
+    @click.option("--json", "as_json", is_flag=True)
+    def judge(need, cwd, threshold, max_candidates, max_pass, as_json):
+        """Search for NEED and let the local judge model decide which memories answer it."""
+        from recalld.core import settings
+        from recalld.cli.common import Fail, echo_json, open_db, resolve_scope
+        from recalld.judge.judge import judge_need
+
+        if not need.strip():
+            raise Fail("the need is empty")
+        cfg = settings.load()
+        if threshold is not None:
+            cfg["judge"]["threshold"] = threshold
+        if max_candidates is not None:
+            cfg["judge"]["max_candidates"] = max_candidates
+        if max_pass is not None:
+            cfg["judge"]["max_pass"] = max_pass
+        conn = open_db()
+        res = judge_need(conn, need, resolve_scope(cwd), cfg)
+        if as_json:
+            echo_json(res.as_dict())
+            return
+        if res.available:
+            load = f", loaded in {res.load_ms:.0f} ms" if res.load_ms is not None else ""
+            click.echo(f"judge: {res.model} ({res.method}{load}), threshold {res.threshold:g}, "
+                       f"at most {cfg['judge'].get('max_pass', 1)} passes, model time {res.model_ms:.0f} ms")
+        else:
+            click.echo(f"judge unavailable: {res.error}")
+        if not res.candidates:
+            click.echo("no candidates: the search found no memory for this need")
+        for v in res.candidates:
+            js = "-" if v.judge_score is None else f"{v.judge_score:+.3f}"
+            rs = "-" if v.rank_score is None else f"{v.rank_score:+.3f}"
+            verdict = ("pass" if v.passed else "unjudged" if v.judge_score is None
+                       else "outranked" if v.judge_score >= res.threshold else "fail")
+            text = " ".join(v.text.split())
+            click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  judge {js:>7}  rank {rs:>7}  {verdict:8} "
+                       f"{text[:100]}{'...' if len(text) > 100 else ''}")
+        if res.available and res.error:
+            click.echo(f"error: {res.error}")
+        if res.passed:
+            click.echo("passed: " + ", ".join(f"m{v.memory_id}" for v in res.passed))
+        else:
+            click.echo("passed: nothing" + ("" if res.available else " (no judge)"))

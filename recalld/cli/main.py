@@ -1,0 +1,252 @@
+"""The command line: a thin layer over the library modules.
+
+Errors are one clear line on stderr and a non-zero exit. `--json` output is for agents and
+scripts. This module holds the group and the memory commands; the daemon, models, proposals,
+crystals, install and bench commands live in their own modules of this package, each with
+`register(cli)`, and are wired by the explicit COMMAND_MODULES list at the bottom.
+"""
+
+import json
+import os
+import sqlite3
+import sys
+
+import click
+
+from recalld import __version__, store
+from recalld.cli.common import Fail, echo_json, fmt_memory, open_db, resolve_scope
+from recalld.core import db, paths, receipts, scope
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="recalld")
+def cli():
+    """recalld: involuntary recall for coding agents.
+
+    State lives under RECALLD_HOME (default: ~/.local/share/recalld).
+    """
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--scope", "scope_name", type=click.Choice(["agent", "project", "shared"]), default="project", show_default=True)
+@click.option("--kind", type=click.Choice(list(store.KINDS)), default="fact", show_default=True)
+@click.option("--tell", help="One line that carries the claim when the text cannot fit.")
+@click.option("--always", is_flag=True, help="Inject at every session start (house style, preferences).")
+@click.option("--supersedes", multiple=True, help="Memory id this replaces (repeatable).")
+@click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here (default: current directory).")
+@click.option("--session", help="Session id, for provenance.")
+@click.option("--thread", help="The conversation or line of work this continues: search reads it with the "
+              "thread's previous memory.")
+@click.option("--json", "as_json", is_flag=True)
+def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, thread, as_json):
+    """Commit a memory. Returns once it is on disk and prints every record it changed."""
+    conn = open_db()
+    try:
+        res = store.remember(conn, text, resolve_scope(cwd), scope=scope_name, kind=kind, tell=tell,
+                             always=always, supersedes=supersedes, session=session, thread=thread)
+    except store.StoreError as e:
+        raise Fail(str(e))
+    if as_json:
+        echo_json(res.as_dict())
+        return
+    click.echo(f"remembered {fmt_memory(res.memory)}")
+    for m in res.superseded:
+        click.echo(f"superseded {fmt_memory(m)}")
+    if res.similar:
+        click.echo("\nThese current memories look related; supersede any that this replaces (nothing was changed):")
+        for s in res.similar:
+            click.echo(f"  m{s['id']} ({s['relation']}, similarity {s['similarity']}): {s['text'][:160]}")
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 200))
+@click.option("--cwd", type=click.Path(file_okay=False))
+@click.option("--floor", type=float, default=0.0, show_default=True, help="Minimum coverage score (0..1).")
+@click.option("--json", "as_json", is_flag=True)
+def search(query, limit, cwd, floor, as_json):
+    """Search current memories this project and agent may see."""
+    from recalld.core.search import search as run_search
+
+    conn = open_db()
+    hits = run_search(conn, query, resolve_scope(cwd), limit=limit, floor=floor)
+    if as_json:
+        echo_json([h.as_dict() for h in hits])
+        return
+    if not hits:
+        click.echo("no matching memories")
+        return
+    for h in hits:
+        click.echo(f"m{h.id} score={h.score:.2f} [{h.kind}, {h.scope}] {h.text}")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--json", "as_json", is_flag=True)
+def history(memory_id, as_json):
+    """Show a memory's supersession chain and every change to it."""
+    conn = open_db()
+    try:
+        chain = store.history(conn, memory_id)
+    except store.StoreError as e:
+        raise Fail(str(e))
+    if as_json:
+        echo_json(chain)
+        return
+    for m in chain:
+        click.echo(fmt_memory(m))
+        for c in m["changes"]:
+            other = f" m{c['other_id']}" if c["other_id"] else ""
+            reason = f": {c['reason']}" if c["reason"] else ""
+            click.echo(f"    {c['time']} {c['action']}{other}{reason}")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--why", required=True, help="Why it is no longer true.")
+@click.option("--cwd", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def retract(memory_id, why, cwd, as_json):
+    """Invalidate a memory without a successor (it is kept, marked, never injected)."""
+    conn = open_db()
+    try:
+        m = store.retract(conn, memory_id, why, resolve_scope(cwd))
+    except store.StoreError as e:
+        raise Fail(str(e))
+    if as_json:
+        echo_json({"changed": [m]})
+    else:
+        click.echo(f"retracted {fmt_memory(m)}")
+
+
+@cli.command(name="import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--cwd", type=click.Path(file_okay=False), help="Default project for lines without a cwd.")
+@click.option("--json", "as_json", is_flag=True)
+def import_(file, cwd, as_json):
+    """Bulk-load memories from JSONL (the fields of `remember`). All or nothing."""
+    conn = open_db()
+    try:
+        results = store.import_jsonl(conn, file, resolve_scope(cwd))
+    except store.StoreError as e:
+        raise Fail(f"nothing imported: {e}")
+    if as_json:
+        echo_json([{"id": r.memory["id"], "superseded": [m["id"] for m in r.superseded]} for r in results])
+    else:
+        click.echo(f"imported {len(results)} memories (m{results[0].memory['id']}..m{results[-1].memory['id']})"
+                   if results else "imported 0 memories")
+
+
+@cli.command(name="receipts")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--summary", is_flag=True, help="Per hook: runs, outcome shares, p50/p99 duration.")
+@click.option("--session")
+@click.option("--hook")
+@click.option("--source", type=click.Choice(["hook", "daemon", "proposer", "cli"]))
+@click.option("--limit", type=int, default=None)
+def receipts_cmd(as_json, summary, session, hook, source, limit):
+    """What every hook run and background pass did: delivered, cut, withheld, failed."""
+    conn = None
+    if os.path.exists(paths.db_path()):
+        try:
+            conn = db.connect(readonly=True)
+            conn.execute("SELECT 1 FROM receipts LIMIT 1")
+        except sqlite3.Error as e:
+            click.echo(f"recalld: database unreadable ({e}); showing fallback receipts only", err=True)
+            conn = None
+    recs = receipts.read(conn, session=session, hook=hook, source=source,
+                         limit=None if summary else (limit or (None if as_json else 20)))
+    if summary:
+        data = receipts.summary(recs[:limit] if limit else recs)
+        if as_json:
+            echo_json(data)
+            return
+        click.echo(f"{'source':8} {'hook':14} {'runs':>6} {'p50 ms':>8} {'p99 ms':>8}  outcomes")
+        for s in data:
+            shares = ", ".join(f"{k} {v:.0%}" for k, v in s["outcomes"].items())
+            p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
+            p99 = f"{s['p99_ms']:.1f}" if s["p99_ms"] is not None else "-"
+            click.echo(f"{s['source'] or '-':8} {s['hook'] or '-':14} {s['runs']:>6} {p50:>8} {p99:>8}  {shares}")
+        return
+    if as_json:
+        echo_json(recs)
+        return
+    if not recs:
+        click.echo("no receipts yet")
+        return
+    click.echo(f"{'time':19} {'source':7} {'hook':13} {'act':11} {'outcome':8} {'ms':>7} {'cand':>4} {'del':>3} {'cut':>3} {'wh':>3}  ids / error")
+    for r in reversed(recs):
+        ids = ",".join(r.get("delivered_ids") or [])
+        tail = r.get("error") or ids
+        dur = r.get("duration_ms")
+        click.echo(f"{(r.get('time') or '')[:19]:19} {r.get('source') or '':7} {r.get('hook') or '':13} "
+                   f"{r.get('act') or '':11} {r.get('outcome') or '':8} {(f'{dur:.1f}' if dur is not None else '-'):>7} "
+                   f"{r.get('candidates') or 0:>4} {r.get('delivered') or 0:>3} {r.get('cut') or 0:>3} "
+                   f"{r.get('withheld') or 0:>3}  {tail}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("event")
+@click.option("--agent", type=click.Choice(["claude", "claude-code", "codex", "gemini", "git"]))
+@click.option("--deadline-ms", type=int)
+def hook(event, agent, deadline_ms):
+    """Run one hook (reads the agent's JSON on stdin). Normally called by the agent."""
+    from recalld.hook.run import main as hook_main
+
+    argv = [event] + (["--agent", agent] if agent else []) + (["--deadline-ms", str(deadline_ms)] if deadline_ms else [])
+    sys.exit(hook_main(argv, exit_process=True))
+
+
+@cli.command()
+def mcp():
+    """Serve search, remember, history, retract (and more) as MCP tools over stdio."""
+    from recalld.mcp import serve
+
+    serve()
+
+
+@cli.group()
+def config():
+    """Show or change settings (RECALLD_HOME/settings.json)."""
+
+
+@config.command("show")
+def config_show():
+    from recalld.core import settings
+
+    echo_json(settings.load())
+
+
+@config.command("set")
+@click.argument("key")
+@click.argument("value")
+def config_set(key, value):
+    """Set KEY (dotted, e.g. judge.threshold) to VALUE (parsed as JSON when it parses)."""
+    from recalld.core import settings
+
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    over = settings.load_overrides()
+    node = over
+    parts = key.split(".")
+    probe = settings.DEFAULTS
+    for p in parts:
+        if not isinstance(probe, dict) or p not in probe:
+            raise Fail(f"unknown setting {key!r}")
+        probe = probe[p]
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = parsed
+    settings.save(over)
+    click.echo(f"{key} = {json.dumps(parsed)}")
+
+
+# Every command module, listed where it is wired (no discovery by scanning).
+from recalld.cli import bench, crystals, daemon, install, judge, models, proposals  # noqa: E402
+
+COMMAND_MODULES = (bench, crystals, daemon, install, judge, models, proposals)
+for _mod in COMMAND_MODULES:
+    _mod.register(cli)

@@ -1,0 +1,254 @@
+"""`recalld proposals list|show|approve|edit|reject` and `recalld propose --transcript FILE`,
+plus the same decisions as MCP tools. Thin: the work is in recalld.proposals (decisions) and
+recalld.proposer (the pass)."""
+
+import click
+
+from recalld.capture import proposals as lib
+from recalld import store
+
+KINDS = list(store.KINDS)
+SCOPES = ["agent", "project", "shared"]
+STATE_CHOICES = ["open", "pending", "edited", "approved", "rejected", "all"]
+
+
+def _states(state: str):
+    return {"open": lib.OPEN, "all": None}.get(state, (state,))
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def fmt_proposal(p: dict, full: bool = False) -> str:
+    eff = p["effective"]
+    state = p["state"] + (f" as m{p['memory_id']}" if p["memory_id"] else "")
+    conf = f", confidence {p['confidence']:.2f}" if isinstance(p.get("confidence"), (int, float)) else ""
+    head = f"p{p['id']} [{eff['kind']}{', ' + eff['scope'] if eff['scope'] else ''}] ({state}{conf})"
+    if not full:
+        return f"{head} {_short(eff['text'])}"
+    lines = [head, f"    {eff['text']}"]
+    if eff["text"] != p["text"]:
+        lines.append(f"    drafted as: {p['text']}")
+    if p.get("why"):
+        lines.append(f"    why: {p['why']}")
+    if eff.get("tell"):
+        lines.append(f"    tell: {eff['tell']}")
+    lines.append(f"    session {p['session'] or '-'} · project {p['project']} · agent {p['agent']} · "
+                 f"drafted {p['time'][:19]} by {p['model'] or '?'} from {p['source'] or '?'} "
+                 f"lines {p['window_from']}-{p['window_to']}")
+    for e in p["events"]:
+        bits = [f"    {e['time'][:19]} {e['from_state']} -> {e['to_state']}"]
+        if e["memory_id"]:
+            bits.append(f"m{e['memory_id']}")
+        if e["actor"]:
+            bits.append(f"by {e['actor']}")
+        if e["reason"]:
+            bits.append(f"reason: {e['reason']}")
+        lines.append(" ".join(bits))
+    return "\n".join(lines)
+
+
+def register(cli):
+    from recalld.cli.common import Fail, echo_json, fmt_memory, open_db, resolve_scope
+
+    @cli.group()
+    def proposals():
+        """Drafted memories awaiting the agent's decision (approve, edit, reject)."""
+
+    @proposals.command("list")
+    @click.option("--state", type=click.Choice(STATE_CHOICES), default="open", show_default=True)
+    @click.option("--session", help="Only drafts from this session.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
+    @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+    @click.option("--json", "as_json", is_flag=True)
+    def list_cmd(state, session, all_projects, cwd, limit, as_json):
+        """List proposals (by default: undecided ones of this project)."""
+        conn = open_db()
+        project = None if all_projects else resolve_scope(cwd).project
+        rows = lib.list_(conn, project=project, session=session, states=_states(state), limit=limit)
+        if as_json:
+            echo_json(rows)
+            return
+        if not rows:
+            click.echo("no proposals")
+            return
+        for p in rows:
+            click.echo(fmt_proposal(p))
+
+    @proposals.command("show")
+    @click.argument("proposal_id")
+    @click.option("--json", "as_json", is_flag=True)
+    def show_cmd(proposal_id, as_json):
+        """One proposal with its draft, why, provenance and every transition."""
+        conn = open_db()
+        try:
+            p = lib.get(conn, proposal_id)
+        except lib.ProposalError as e:
+            raise Fail(str(e))
+        if p is None:
+            raise Fail(f"p{lib.parse_id(proposal_id)} does not exist")
+        if as_json:
+            echo_json(p)
+        else:
+            click.echo(fmt_proposal(p, full=True))
+
+    @proposals.command("approve")
+    @click.argument("proposal_id")
+    @click.option("--scope", "scope_name", type=click.Choice(SCOPES), help="Default: the edited scope, else project.")
+    @click.option("--kind", type=click.Choice(KINDS), help="Default: the (edited) draft's kind.")
+    @click.option("--supersedes", multiple=True, help="Memory id the approved memory replaces (repeatable).")
+    @click.option("--session", help="Your session id, for provenance.")
+    @click.option("--json", "as_json", is_flag=True)
+    def approve_cmd(proposal_id, scope_name, kind, supersedes, session, as_json):
+        """Commit the draft as a memory (durable before this returns) and print what changed."""
+        conn = open_db()
+        try:
+            d = lib.approve(conn, proposal_id, scope=scope_name, kind=kind, supersedes=supersedes,
+                            actor="cli", session=session)
+        except (lib.ProposalError, store.StoreError) as e:
+            raise Fail(str(e))
+        if as_json:
+            echo_json(d.as_dict())
+            return
+        click.echo(f"approved p{d.proposal['id']}")
+        click.echo(f"remembered {fmt_memory(d.memory)}")
+        for m in d.superseded:
+            click.echo(f"superseded {fmt_memory(m)}")
+        if d.similar:
+            click.echo("\nThese current memories look related; supersede any that this replaces (nothing was changed):")
+            for s in d.similar:
+                click.echo(f"  m{s['id']} ({s['relation']}, similarity {s['similarity']}): {_short(s['text'])}")
+
+    @proposals.command("edit")
+    @click.argument("proposal_id")
+    @click.option("--text", help="The memory as it should be written (one knowing, with its reason).")
+    @click.option("--kind", type=click.Choice(KINDS))
+    @click.option("--scope", "scope_name", type=click.Choice(SCOPES))
+    @click.option("--tell", help="One line that carries the claim when the text cannot fit.")
+    @click.option("--reason", help="Why it was edited.")
+    @click.option("--session", help="Your session id, for provenance.")
+    @click.option("--json", "as_json", is_flag=True)
+    def edit_cmd(proposal_id, text, kind, scope_name, tell, reason, session, as_json):
+        """Change what approval will write (the draft stays pending until approved or rejected)."""
+        conn = open_db()
+        try:
+            d = lib.edit(conn, proposal_id, text=text, kind=kind, scope=scope_name, tell=tell, reason=reason,
+                         actor="cli", session=session)
+        except lib.ProposalError as e:
+            raise Fail(str(e))
+        if as_json:
+            echo_json(d.as_dict())
+        else:
+            click.echo(f"edited {fmt_proposal(d.proposal, full=True)}")
+            click.echo(f"approve it with: recalld proposals approve {d.proposal['id']}")
+
+    @proposals.command("reject")
+    @click.argument("proposal_id")
+    @click.option("--reason", required=True, help="Why it should not be remembered.")
+    @click.option("--session", help="Your session id, for provenance.")
+    @click.option("--json", "as_json", is_flag=True)
+    def reject_cmd(proposal_id, reason, session, as_json):
+        """Decline the draft (kept, marked rejected, never written)."""
+        conn = open_db()
+        try:
+            d = lib.reject(conn, proposal_id, reason, actor="cli", session=session)
+        except lib.ProposalError as e:
+            raise Fail(str(e))
+        if as_json:
+            echo_json(d.as_dict())
+        else:
+            click.echo(f"rejected p{d.proposal['id']}: {d.event['reason']}")
+
+    @cli.command("propose")
+    @click.option("--transcript", "transcript", required=True, type=click.Path(exists=True, dir_okay=False),
+                  help="A Claude Code or Codex transcript (JSONL).")
+    @click.option("--all", "whole", is_flag=True, help="Read the whole file, not only the part no pass has read.")
+    @click.option("--json", "as_json", is_flag=True)
+    def propose_cmd(transcript, whole, as_json):
+        """Run one proposer pass over the unread part of a transcript (what the daemon runs)."""
+        from recalld.capture import proposer
+
+        res = proposer.run_pass(transcript, origin="cli", whole=whole)
+        if as_json:
+            echo_json(res.as_dict())
+            if res.outcome == "error":
+                raise SystemExit(1)
+            return
+        click.echo(proposer.format_result(res))
+        if res.outcome == "error":
+            raise Fail(f"the pass failed: {res.error}")
+
+
+def register_mcp(server):
+    from mcp.server.mcpserver.exceptions import ToolError  # reaches the agent as the error text
+
+    from recalld.core import db, scope
+
+    def _conn():
+        return db.connect()
+
+    @server.tool()
+    def proposals_list(cwd: str = "", session: str = "", state: str = "open", limit: int = 20) -> list[dict]:
+        """Drafted memories awaiting your decision (state: open|pending|edited|approved|rejected|all)."""
+        if state not in STATE_CHOICES:
+            raise ToolError(f"unknown state {state!r}; use one of: {', '.join(STATE_CHOICES)}")
+        conn = _conn()
+        try:
+            return lib.list_(conn, project=scope.resolve(cwd or None).project, session=session or None,
+                             states=_states(state), limit=max(1, min(limit, 200)))
+        finally:
+            conn.close()
+
+    @server.tool()
+    def proposals_show(proposal_id: str) -> dict:
+        """One proposal with its draft, why, provenance and every transition."""
+        conn = _conn()
+        try:
+            p = lib.get(conn, proposal_id)
+            if p is None:
+                raise ToolError(f"{proposal_id} does not exist")
+            return p
+        except lib.ProposalError as e:
+            raise ToolError(str(e)) from None
+        finally:
+            conn.close()
+
+    @server.tool()
+    def proposals_approve(proposal_id: str, scope_name: str = "", kind: str = "",
+                          supersedes: list[int] | None = None, session: str = "") -> dict:
+        """Commit a drafted memory (durable before it returns). Returns every record it changed."""
+        conn = _conn()
+        try:
+            return lib.approve(conn, proposal_id, scope=scope_name or None, kind=kind or None,
+                               supersedes=supersedes or [], actor="mcp", session=session or None).as_dict()
+        except (lib.ProposalError, store.StoreError) as e:
+            raise ToolError(str(e)) from None
+        finally:
+            conn.close()
+
+    @server.tool()
+    def proposals_edit(proposal_id: str, text: str = "", kind: str = "", scope_name: str = "", tell: str = "",
+                       reason: str = "", session: str = "") -> dict:
+        """Change what approval will write; the proposal stays open until approved or rejected."""
+        conn = _conn()
+        try:
+            return lib.edit(conn, proposal_id, text=text or None, kind=kind or None, scope=scope_name or None,
+                            tell=tell or None, reason=reason or None, actor="mcp", session=session or None).as_dict()
+        except lib.ProposalError as e:
+            raise ToolError(str(e)) from None
+        finally:
+            conn.close()
+
+    @server.tool()
+    def proposals_reject(proposal_id: str, reason: str, session: str = "") -> dict:
+        """Decline a drafted memory, with the reason."""
+        conn = _conn()
+        try:
+            return lib.reject(conn, proposal_id, reason, actor="mcp", session=session or None).as_dict()
+        except lib.ProposalError as e:
+            raise ToolError(str(e)) from None
+        finally:
+            conn.close()

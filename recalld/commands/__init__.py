@@ -1,1 +1,0 @@
-"""CLI subcommand modules. Each defines `register(cli)`; recalld.cli loads them all."""

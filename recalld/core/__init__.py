@@ -1,0 +1,1 @@
+"""The store and everything the hook needs from it. Standard library only."""

@@ -1,0 +1,78 @@
+"""Opening the SQLite store (standard library only: the hook uses this too).
+
+WAL so hooks read while the daemon writes; synchronous=FULL so a write that returned is on
+disk; a busy timeout so concurrent writers wait instead of failing.
+"""
+
+import os
+import sqlite3
+
+from recalld.core import paths
+from recalld.core.migrations import MIGRATIONS
+
+SCHEMA_VERSION = max(n for n, _, _ in MIGRATIONS)
+
+
+class StoreError(ValueError):
+    """A clear, one-line problem with a write or a lookup (shown to the user as it is)."""
+
+
+def connect(path: "str | os.PathLike | None" = None, *, busy_ms: int = 10_000, migrate: bool = True,
+            readonly: bool = False) -> sqlite3.Connection:
+    path = os.fspath(path) if path else paths.db_path()
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_ms / 1000,
+                               isolation_level=None, check_same_thread=False)
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
+                               check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+    if not readonly:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if migrate and not readonly:
+        ensure_schema(conn)
+    return conn
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    if schema_version(conn) >= SCHEMA_VERSION:
+        return
+    # BEGIN IMMEDIATE serialises concurrent first-runs; re-check inside the lock.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = schema_version(conn)
+        for number, _name, sql in MIGRATIONS:
+            if number <= current:
+                continue
+            for statement in _split(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _split(sql: str) -> list[str]:
+    """Split a migration into statements; sqlite3.complete_statement keeps triggers whole."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        if not buf and (not line.strip() or line.strip().startswith("--")):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out

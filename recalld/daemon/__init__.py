@@ -1,0 +1,1 @@
+"""The background service: transcript tailer, need detection, judged queue."""

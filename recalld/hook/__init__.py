@@ -1,0 +1,1 @@
+"""The hot path: `recalld hook EVENT`. Standard library only (and recalld.core)."""

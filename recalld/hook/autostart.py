@@ -1,0 +1,114 @@
+"""Is the daemon running, and start it if not, without delaying anyone (standard library only:
+the session-start hook calls this).
+
+The daemon holds an exclusive flock on RECALLD_HOME/daemon/daemon.lock for its whole life, so
+"running" is a question the kernel answers: the lock is held or it is not. A crashed daemon's
+lock is released with its process; there is no stale pid file to clean up.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from recalld.core import paths
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; the daemon is POSIX-only for now
+    fcntl = None
+
+# A spawn in the last few seconds is still starting up: do not start a second one.
+SPAWN_GRACE_S = 20.0
+
+
+def daemon_dir():
+    return os.path.join(paths.home(), "daemon")
+
+
+def lock_path():
+    return os.path.join(daemon_dir(), "daemon.lock")
+
+
+def pid_path():
+    return os.path.join(daemon_dir(), "daemon.pid")
+
+
+def status_path():
+    return os.path.join(daemon_dir(), "status.json")
+
+
+def spawn_stamp_path():
+    return os.path.join(daemon_dir(), "autostart.stamp")
+
+
+def running_pid() -> "int | None":
+    """The daemon's pid when one holds the lock, else None."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(str(lock_path()), os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: never started here
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _read_pid() or -1  # held: running (the pid file may be a moment behind)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_pid() -> "int | None":
+    try:
+        with open(pid_path(), encoding="ascii") as f:
+            return int(f.read().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def spawn(extra_env: "dict | None" = None) -> int:
+    """Start `python -m recalld daemon run` fully detached; returns its pid. Never waits."""
+    d = daemon_dir()
+    os.makedirs(d, exist_ok=True)
+    env = dict(os.environ)
+    # Make this very package importable in the child even when it runs from a checkout.
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("RECALLD_HOME", str(paths.home()))
+    if extra_env:
+        env.update(extra_env)
+    proc = subprocess.Popen([sys.executable, "-m", "recalld", "daemon", "run"], cwd=str(d), env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def maybe_start(cfg: "dict | None") -> str:
+    """Start the daemon when settings daemon.autostart is on and none is running.
+
+    Returns what happened: "disabled", "running", "starting" (spawned moments ago),
+    "started", or "error: ...". Never raises.
+    """
+    try:
+        if not ((cfg or {}).get("daemon") or {}).get("autostart"):
+            return "disabled"
+        if fcntl is None:
+            return "error: no flock on this platform"
+        if running_pid() is not None:
+            return "running"
+        stamp = spawn_stamp_path()
+        try:
+            if time.time() - os.stat(stamp).st_mtime < SPAWN_GRACE_S:
+                return "starting"
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        with open(stamp, "w", encoding="ascii") as f:
+            f.write(str(time.time()))
+        spawn()
+        return "started"
+    except Exception as e:  # the hook must not notice
+        return f"error: {type(e).__name__}: {str(e)[:100]}"

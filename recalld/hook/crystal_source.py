@@ -1,0 +1,127 @@
+"""The crystal source of the hook: crystals bound to this act, in fair order (stdlib only).
+
+Order (seed 000): least served this session first, then longest unheard, then shortest.
+"Served" means delivered whole or cut: a tell is a degradation, and counting it as a hearing
+would let the short crystals that always fit keep a long one behind them forever. Counts and
+last-heard times come from the append-only `served` table (migration 1), so they never move
+backwards. A git commit has no agent session; its crystals rotate per project
+(session key `git:<project>`).
+"""
+
+import os
+from datetime import date
+
+from recalld.core import crystals, pack
+
+MAX_RESPONSE = 20_000
+
+
+def act_text(hi) -> str:
+    """What a crystal matches for this act. tool-result adds the tool's response (an error
+    message is often the moment a crystal matters)."""
+    if hi.act != "tool-result":
+        return hi.text
+    resp = (hi.payload or {}).get("tool_response")
+    parts = [hi.text]
+    if isinstance(resp, str):
+        parts.append(resp)
+    elif isinstance(resp, dict):
+        for k in ("stdout", "stderr", "output", "error", "content", "llmContent", "returnDisplay"):
+            v = resp.get(k)
+            if isinstance(v, str):
+                parts.append(v)
+    return "\n".join(p for p in parts if p)[:MAX_RESPONSE]
+
+
+def rotation_session(hi, project: "str | None") -> "str | None":
+    if hi.session:
+        return hi.session
+    if hi.act == "commit" and project:
+        return f"git:{project}"
+    return None
+
+
+def served_stats(conn, session: "str | None", keys: list) -> dict:
+    """{item key: (times served whole or cut, last time)} for this session."""
+    if conn is None or not session or not keys:
+        return {}
+    out = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        rows = conn.execute(
+            f"SELECT item, count(*), max(time) FROM served WHERE session = ? AND item IN "
+            f"({','.join('?' * len(chunk))}) AND outcome IN ('whole', 'cut') GROUP BY item",
+            [session, *chunk]).fetchall()
+        for item, n, last in rows:
+            out[item] = (n, last or "")
+    return out
+
+
+def order(matched: list, stats: dict) -> list:
+    """matched: [(crystal, keys)] -> the same, fairest first."""
+    def rank(m):
+        c = m[0]
+        n, last = stats.get(c.key, (0, ""))
+        return (n, last, c.essence_chars, c.id)
+
+    return sorted(matched, key=rank)
+
+
+def to_items(matched: list, today: "date | None" = None) -> tuple:
+    """(packer Items, crystals whose file stopped parsing since it was indexed)."""
+    items, lost = [], []
+    for c, keys in matched:
+        body = crystals.essence(c)
+        if body is None:
+            lost.append(c)
+            continue
+        items.append(pack.Item(key=c.key, source="crystal", label=f"crystal {c.id}", body=body,
+                               tell=c.tell, stale=c.is_stale(today), meta={"keys": keys}))
+    return items, lost
+
+
+def candidates(index: "crystals.Index", hi, conn, project: "str | None",
+               today: "date | None" = None) -> tuple:
+    """(ordered Items, detail dict) for one act: what `recalld crystals test` shows and what
+    the hook packs."""
+    matched = index.match(hi.act, act_text(hi))
+    stats = served_stats(conn, rotation_session(hi, project), [c.key for c, _ in matched])
+    items, lost = to_items(order(matched, stats), today)
+    detail = {
+        "indexed": len(index),
+        "failed": len(index.failures) + len(lost),
+        "cache": index.cache,
+        "matched": len(items),
+        "stale": sum(1 for i in items if i.stale),
+        # payload-free: the keys come from the crystal files, not from the act's text
+        "hits": {i.key[2:]: i.meta["keys"] for i in items},
+    }
+    failed = [os.path.basename(f.path) for f in index.failures] + [os.path.basename(c.path) for c in lost]
+    if failed:
+        detail["failed_files"] = failed[:10]
+    return items, detail
+
+
+def items(ctx) -> list:
+    hi = ctx.hi
+    if hi.act not in crystals.ACTS:
+        return []
+    project = ctx.scope.project if ctx.scope else None
+    index = crystals.load_for(project)
+    found, detail = candidates(index, hi, ctx.conn, project)
+    ctx.detail["crystals"] = detail
+    ctx.receipt["candidates"] += len(found)
+    ctx.receipt["above_floor"] += len(found)
+    session = rotation_session(hi, project)
+    if found and session and not hi.session:
+        # The hook records served rows per agent session only; a commit rotates per project.
+        ctx.after_commit.append(lambda conn: _record_served(conn, ctx.receipt, session))
+    return found
+
+
+def _record_served(conn, r: dict, session: str) -> None:
+    placed = ((r.get("detail") or {}).get("packed") or {}).get("items") or []
+    rows = [(r["time"], session, it[0], it[1], r["uid"]) for it in placed
+            if str(it[0]).startswith("c:") and it[1] in ("whole", "cut", "tell")]
+    if rows:
+        conn.executemany("INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)", rows)

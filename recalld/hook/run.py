@@ -1,0 +1,382 @@
+"""`recalld hook EVENT`: the hot path. Standard library only; runs on every prompt and tool call.
+
+Contract: read the agent's JSON on stdin, print what that agent expects (or nothing), always
+exit 0, finish inside a hard deadline, append exactly one receipt. Anything slow or broken adds
+nothing to the agent's context and is written down instead.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+
+from recalld.core import db, pack, paths, receipts, scope, settings
+from recalld.hook import payloads
+
+MAX_INPUT = 32 * 1024 * 1024
+HEADER = ("<recalld>\nRecalled for this step (memory ids like m12 can be superseded: "
+          "`recalld remember --supersedes 12 \"...\"`):")
+FOOTER = "</recalld>"
+
+
+class Deadline(Exception):
+    pass
+
+
+class Ctx:
+    """Everything one hook run knows; sources read it and add to `detail`."""
+
+    def __init__(self, hi: payloads.HookInput, conn: sqlite3.Connection, cfg: dict,
+                 sc: scope.Scope, receipt: dict):
+        self.hi, self.conn, self.cfg, self.scope, self.receipt = hi, conn, cfg, sc, receipt
+        self.detail: dict = receipt["detail"]
+        self.after_commit: list = []  # callables(conn) run inside the receipt's transaction
+
+
+# --- sources -------------------------------------------------------------------------------
+# Each returns packer Items in its own order. The hook concatenates them in SOURCE_ORDER.
+
+
+def memory_items(ctx: Ctx) -> list:
+    """Pre-step recall: the best few current memories above the floor."""
+    from recalld.core.search import search
+
+    if ctx.hi.act != "prompt" or not ctx.hi.text.strip():
+        return []
+    cfg = ctx.cfg
+    hits = search(ctx.conn, ctx.hi.text, ctx.scope, limit=int(cfg["max_results"]) * 3, floor=0.0)
+    above = [h for h in hits if h.score >= float(cfg["floor"])][: int(cfg["max_results"])]
+    ctx.receipt["candidates"] += len(hits)
+    ctx.receipt["above_floor"] += len(above)
+    ctx.detail["scores"] = [round(h.score, 3) for h in above]
+    return [pack.Item(key=f"m:{h.id}", source="memory", label=f"m{h.id} {h.kind}", body=h.text,
+                      tell=h.tell) for h in above]
+
+
+def always_items(ctx: Ctx) -> list:
+    """Boot: the always-loaded set (house style, preferences)."""
+    if ctx.hi.act != "boot":
+        return []
+    where, params = ctx.scope.where()
+    rows = ctx.conn.execute(
+        f"SELECT id, kind, text, tell FROM memories WHERE always = 1 AND {where} ORDER BY id",
+        params).fetchall()
+    ctx.receipt["candidates"] += len(rows)
+    ctx.receipt["above_floor"] += len(rows)
+    return [pack.Item(key=f"m:{r['id']}", source="memory", label=f"m{r['id']} {r['kind']}",
+                      body=r["text"], tell=r["tell"]) for r in rows]
+
+
+def queue_items(ctx: Ctx) -> list:
+    """What the background judge passed for this session, delivered once at the next step."""
+    if not ctx.hi.session or ctx.hi.act in ("boot", "commit"):
+        return []
+    qcfg = ctx.cfg.get("queue") or {}
+    steps = int(qcfg.get("expire_steps", 6))
+    now = receipts.now_iso()
+    rows = ctx.conn.execute(
+        """SELECT q.id AS qid, q.time, m.id, m.kind, m.text, m.tell
+           FROM queue q JOIN memories m ON m.id = q.memory_id
+           WHERE q.session = ? AND m.invalid_at IS NULL
+             AND NOT EXISTS (SELECT 1 FROM queue_delivered d WHERE d.queue_id = q.id)
+             AND (q.expires_at IS NULL OR q.expires_at > ?)
+             AND (SELECT count(*) FROM receipts r WHERE r.session = q.session
+                  AND r.source = 'hook' AND r.time > q.time) < ?
+           ORDER BY q.id""",
+        (ctx.hi.session, now, steps)).fetchall()
+    ctx.receipt["candidates"] += len(rows)
+    ctx.receipt["above_floor"] += len(rows)
+    return [pack.Item(key=f"q:{r['qid']}", source="queue", label=f"m{r['id']} {r['kind']} · judged",
+                      body=r["text"], tell=r["tell"], meta={"qid": r["qid"], "memory_id": r["id"]})
+            for r in rows]
+
+
+def _crystal_items(ctx: Ctx) -> list:
+    try:
+        from recalld.hook import crystal_source
+    except ImportError:
+        return []
+    return crystal_source.items(ctx)
+
+
+def _proposal_items(ctx: Ctx) -> list:
+    try:
+        from recalld.hook import proposal_source
+    except ImportError:
+        return []
+    return proposal_source.items(ctx)
+
+
+# Crystals are bound to this very act, so they are placed first; then what the judge passed
+# (it read the agent's own reasoning); then pre-step search hits; pending drafts last.
+SOURCE_ORDER = (_crystal_items, queue_items, memory_items, always_items, _proposal_items)
+
+
+def budget_for(hi: payloads.HookInput, cfg: dict) -> int:
+    if hi.act == "boot":
+        b = cfg["boot_budget_chars"]
+    elif hi.act == "prompt":
+        b = cfg["budget_chars"]
+    else:
+        b = cfg["tool_budget_chars"]
+    # Never over the agent's cap, with room for the frame.
+    return max(0, min(int(b), settings.AGENT_OUTPUT_CAP - len(HEADER) - len(FOOTER) - 64))
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def render_output(hi: payloads.HookInput, text: str) -> str:
+    if not text:
+        return ""
+    block = f"{HEADER}\n{text}\n{FOOTER}"
+    if hi.agent_kind == "git":
+        return block + "\n"
+    return json.dumps({"hookSpecificOutput": {"hookEventName": hi.native_event or "",
+                                              "additionalContext": block}},
+                      ensure_ascii=False) + "\n"
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def _parse_args(argv: list) -> tuple:
+    event, agent, deadline = None, None, None
+    it = iter(argv)
+    for a in it:
+        if a == "--agent":
+            agent = next(it, None)
+        elif a.startswith("--agent="):
+            agent = a.split("=", 1)[1]
+        elif a == "--deadline-ms":
+            deadline = next(it, None)
+        elif a.startswith("--deadline-ms="):
+            deadline = a.split("=", 1)[1]
+        elif event is None:
+            event = a
+    if agent == "claude-code":
+        agent = "claude"
+    return event, agent, deadline
+
+
+def _read_stdin() -> bytes:
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return b""
+        return sys.stdin.buffer.read(MAX_INPUT + 1)
+    except (OSError, ValueError):
+        return b""
+
+
+def _on_alarm(signum, frame):
+    raise Deadline()
+
+
+def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
+    """One hook run. Returns (stdout text, receipt). Never raises.
+
+    `stdin` is the input bytes, or a callable that reads them: the hook process passes the
+    reader so that a stdin that never reaches EOF (a git hook under an agent's shell) is cut
+    by the same deadline as everything else."""
+    t0 = time.perf_counter()
+    event, agent, deadline_arg = _parse_args(argv)
+    r = receipts.new("hook", event)
+    cfg = settings.load()
+    try:
+        deadline_ms = int(deadline_arg) if deadline_arg else int(cfg["deadline_ms"])
+    except (TypeError, ValueError):
+        deadline_ms = int(cfg["deadline_ms"])
+    end = t0 + deadline_ms / 1000
+    opened: list = []  # _work appends the store connection once it has one
+    out = ""
+    after: list = []
+    old_handler = None
+    try:
+        use_alarm = hasattr(signal, "setitimer")
+        if use_alarm:
+            try:
+                old_handler = signal.signal(signal.SIGALRM, _on_alarm)
+                signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
+            except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
+                use_alarm = False
+        try:
+            data = stdin() if callable(stdin) else stdin
+            out, after = _work(event, agent, data, cfg, r, end, opened)
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old_handler)
+    except Deadline:
+        r["outcome"], r["error"], out, after = "timeout", "deadline", "", []
+        _reset_delivery(r)
+    except sqlite3.OperationalError as e:
+        timed_out = time.perf_counter() >= end or "interrupt" in str(e)
+        r["outcome"] = "timeout" if timed_out else "error"
+        r["error"] = "deadline" if timed_out else _code(e)
+        out, after = "", []
+        _reset_delivery(r)
+    except Exception as e:  # fail open: nothing added, the failure written down
+        r["outcome"], r["error"], out, after = "error", _code(e), "", []
+        _reset_delivery(r)
+    r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    conn = opened[0] if opened else None
+    if conn is None and r["outcome"] != "timeout":
+        # Runs that stopped before opening the store (bad input, unknown event) still
+        # belong in it, so `recalld receipts` shows them beside the rest.
+        try:
+            conn = db.connect(busy_ms=250)
+        except Exception:
+            conn = None
+    if conn is not None:
+        try:
+            conn.set_progress_handler(None, 0)
+            conn.execute("PRAGMA busy_timeout = 250")
+        except sqlite3.Error:
+            pass
+    # If the store cannot take the receipt, it goes to the fallback file and the delivery
+    # rows are lost with the transaction; what was delivered is still listed in the receipt.
+    receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
+    if conn is not None and close:
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
+    return out, r
+
+
+def _reset_delivery(r: dict) -> None:
+    for k in ("delivered", "cut", "delivered_chars", "cut_chars"):
+        r[k] = 0
+    r["delivered_ids"] = []
+
+
+def _code(e: BaseException) -> str:
+    msg = str(e).split("\n", 1)[0][:120]
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: list) -> tuple[str, list]:
+    if event not in payloads.EVENTS:
+        r["outcome"], r["error"] = "skipped", "unknown_event"
+        return "", []
+    if len(stdin) > MAX_INPUT:
+        r["outcome"], r["error"] = "skipped", "input_too_large"
+        return "", []
+    if not stdin.strip():
+        if event == "commit":
+            stdin = b"{}"
+        else:
+            r["outcome"], r["error"] = "skipped", "empty_input"
+            return "", []
+    try:
+        payload = json.loads(stdin)
+    except (ValueError, UnicodeDecodeError):
+        r["outcome"], r["error"] = "error", "bad_json"
+        return "", []
+    if event == "commit" and isinstance(payload, dict) and "staged_files" not in payload:
+        payload["staged_files"] = _staged_files(payload.get("cwd"))
+    try:
+        hi = payloads.normalize(event, payload, agent)
+    except payloads.BadInput as e:
+        r["outcome"], r["error"] = "error", e.code
+        return "", []
+    r["act"] = hi.act
+    r["session"] = hi.session
+    r["agent"] = scope.resolve_agent(payload)
+    r["detail"]["agent_kind"] = hi.agent_kind
+    if hi.act == "boot":
+        try:  # daemon.autostart: spawn it detached if not running; never waits, never raises
+            from recalld.hook import autostart
+
+            r["detail"]["daemon"] = autostart.maybe_start(cfg)
+        except Exception:
+            pass
+    if cfg.get("receipt_hash") and hi.text:
+        import hashlib
+
+        r["detail"]["text_sha256"] = hashlib.sha256(hi.text.encode("utf-8", "replace")).hexdigest()
+    cwd = hi.cwd or os.getcwd()
+    sc = scope.resolve(cwd, payload)
+    r["project"] = sc.project
+
+    conn = db.connect(busy_ms=max(1, int((end - time.perf_counter()) * 1000) - 20))
+    opened.append(conn)
+    # Receipts need not survive a power cut the way memories must; NORMAL skips one fsync.
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.set_progress_handler(lambda: 1 if time.perf_counter() > end else 0, 2000)
+    ctx = Ctx(hi, conn, cfg, sc, r)
+    items = []
+    for source in SOURCE_ORDER:
+        items.extend(source(ctx))
+    gate = getattr(ctx, "stop_block", None)  # proposal_source's optional review gate (off by default)
+    if gate:
+        r["outcome"], r["delivered"], r["delivered_ids"] = "injected", 1, [gate["key"]]
+        r["detail"]["stop_gate"] = gate["key"]
+        return json.dumps({"decision": "block", "reason": gate["reason"]}, ensure_ascii=False) + "\n", ctx.after_commit
+    if not items:
+        r["outcome"] = "nothing"
+        return "", ctx.after_commit
+    packed = pack.pack(items, budget_for(hi, cfg), int(cfg["item_cap_chars"]))
+    c = packed.counts()
+    delivered = packed.delivered
+    r["delivered"] = len(delivered)
+    r["cut"] = c["cut"]
+    r["withheld"] = c["withheld"] + c["stale"]
+    r["delivered_ids"] = [p.item.key for p in delivered]
+    r["delivered_chars"] = c["delivered_chars"]
+    r["cut_chars"] = c["cut_chars"]
+    r["withheld_chars"] = c["withheld_chars"]
+    r["detail"]["packed"] = packed.accounting()
+    r["outcome"] = "injected" if delivered else "nothing"
+    out = render_output(hi, packed.text())
+    ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
+    return out, ctx.after_commit
+
+
+def _record_delivery(conn: sqlite3.Connection, hi: payloads.HookInput, r: dict, packed) -> None:
+    if not hi.session:
+        return
+    now = r["time"]
+    served = [(now, hi.session, p.item.key, p.outcome, r["uid"]) for p in packed.delivered]
+    if served:
+        conn.executemany("INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)", served)
+    queued = [(now, p.item.meta["qid"], hi.session, r["uid"], p.outcome)
+              for p in packed.delivered if p.item.source == "queue"]
+    if queued:
+        conn.executemany(
+            "INSERT OR IGNORE INTO queue_delivered (time, queue_id, session, receipt_uid, outcome) VALUES (?,?,?,?,?)",
+            queued)
+
+
+def _staged_files(cwd) -> list:
+    import subprocess
+
+    try:
+        res = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=cwd or None,
+                             capture_output=True, text=True, timeout=2)
+        return [line for line in res.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+def main(argv: "list | None" = None, *, exit_process: bool = False) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        # close=False: closing the last connection checkpoints the WAL (an fsync) on every
+        # prompt; the receipt is already committed, so the process exits without it.
+        out, _ = run(argv, _read_stdin, close=False)
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    except BaseException:  # even a bug here must not block the agent
+        pass
+    if exit_process:
+        # A real hook process: skip interpreter teardown (and the implicit connection close).
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    main(exit_process=True)

@@ -1,0 +1,1 @@
+"""Wiring recalld into the agents' settings, the git hook, and `recalld doctor`."""

