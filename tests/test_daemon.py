@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from conftest import TRANSCRIPTS, payload, run_recalld
+from tests.helpers import TRANSCRIPTS, payload, run_recalld
 from recalld.hook import autostart
-from recalld.daemon import service as daemon
+from recalld.daemon import passes, service as daemon
 from recalld.core import db, receipts, scope, settings
 from recalld import store
 from test_tailer import appender, expected_keys, layout, stored_keys
@@ -41,9 +41,7 @@ class Running:
     """A daemon in this process (its threads, not a subprocess), stopped on exit."""
 
     def __init__(self, root, hooks=()):
-        self.d = daemon.Daemon(cfg=settings.load(), roots=[(root, "claude")])
-        for h in hooks:
-            self.d.add_turn_end_hook(h)
+        self.d = daemon.Daemon(cfg=settings.load(), roots=[(root, "claude")], turn_end_hooks=tuple(hooks))
         self.code = None
         self.th = threading.Thread(target=self._run)
 
@@ -74,7 +72,7 @@ def wait_for(fn, timeout=30.0, step=0.1):
     return fn()
 
 
-def test_replay_while_running_exactly_once_with_restart_truncation_and_needs(home, tmp_path):
+def test_replay_while_running_exactly_once_with_restart_truncation_and_needs(home, tmp_path, shared_transcripts):
     configure()
     root = tmp_path / "projects"
     root.mkdir()
@@ -132,7 +130,7 @@ def test_replay_while_running_exactly_once_with_restart_truncation_and_needs(hom
     assert (starts, stops) == (2, 2)
 
 
-def test_idle_and_history_raise_no_passes(home, tmp_path):
+def test_idle_and_history_raise_no_passes(home, tmp_path, shared_transcripts):
     """Files already there at start (history) are stored but never judged; nothing new, no pass."""
     configure()
     root = tmp_path / "projects"
@@ -151,7 +149,7 @@ def test_idle_and_history_raise_no_passes(home, tmp_path):
     assert receipts.read(conn, source="daemon") == []
 
 
-def test_turn_end_hooks_get_the_turns_events(home, tmp_path):
+def test_turn_end_hooks_get_the_turns_events(home, tmp_path, shared_transcripts):
     configure()
     root = tmp_path / "projects"
     p = root / "-home-marco-projects-spotter" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
@@ -177,7 +175,7 @@ def test_turn_end_hooks_get_the_turns_events(home, tmp_path):
     assert sum(e.kind == "tool_call" for _, evs in got for e in evs) == 16
 
 
-def test_broken_turn_end_hook_is_logged_not_fatal(home, tmp_path):
+def test_broken_turn_end_hook_is_logged_not_fatal(home, tmp_path, shared_transcripts):
     configure()
     root = tmp_path / "projects"
     p = root / "-path-to-Demo" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7" / "subagents" / "agent-test-hash-123.jsonl"
@@ -203,14 +201,15 @@ def test_broken_turn_end_hook_is_logged_not_fatal(home, tmp_path):
 
 def embedded_judge_or_skip():
     pytest.importorskip("llama_cpp")
-    from recalld.model import runtime as llm
+    from recalld.model.resolve import resolve
 
-    ch = llm.resolve("judge", {"models": {}})
+    ch = resolve("judge", {"models": {}})
     if not ch.available:
         pytest.skip(f"no judge model: {ch.reason}")
 
 
-def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path):
+@pytest.mark.model
+def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, shared_transcripts):
     embedded_judge_or_skip()
     # Everything the judge scores passes (threshold far below any score): this test is about
     # the pipeline with the real model; the threshold's calibration is the judge's own tests.
@@ -285,7 +284,7 @@ def test_pass_time_limit(home, tmp_path):
 
     d = daemon.Daemon(cfg=settings.load(), roots=[], judge_fn=slow_judge)
     d.judge_status["loaded"] = True
-    d.judge_worker = daemon.JudgeWorker()
+    d.judge_worker = passes.JudgeWorker()
     conn = db.connect()
     from recalld.daemon.needs import Need
 

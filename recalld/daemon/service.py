@@ -3,13 +3,13 @@
 Threads (all joined on shutdown; none outlives `Daemon.run`):
 
 - main: waits for SIGTERM/SIGINT (or `stop()`), then shuts everything down in order.
-- watchdog observer: marks transcript files dirty and wakes the loop (recalld.tailer.Watcher).
+- watchdog observer: marks transcript files dirty and wakes the loop (recalld.daemon.tailer.Watcher).
 - loop: reads dirty files (and rescans the roots every `daemon.rescan_s`), stores events,
   feeds the need detector, hands due needs to the passer and finished turns to the turn
   worker. It sleeps on an Event until woken or until the next due need / rescan, so an idle
   daemon costs (almost) no CPU.
-- passer: runs one background pass at a time: need -> recalld.judge.judge_need (on the judge
-  worker, with a time limit) -> queue rows -> one receipt.
+- passer: runs one background pass at a time: need -> recalld.judge.judge.judge_need (on the
+  judge worker, with a time limit) -> queue rows -> one receipt (recalld.daemon.passes).
 - judge worker: where judge_need runs, so a slow model never blocks the passer past its limit.
 - turn worker: calls the turn-end hooks (the proposer plugs in there).
 
@@ -24,7 +24,6 @@ with the events of that (session, agent) since its previous turn end; an excepti
 and counted, never fatal.
 """
 
-import hashlib
 import json
 import os
 import queue
@@ -33,174 +32,15 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from recalld.core import db, receipts, scope, settings
+from recalld.daemon import needs, passes, tailer
+from recalld.daemon.lock import InstanceLock
+from recalld.daemon.log import open_log
 from recalld.hook import autostart
-from recalld.core import db, paths, receipts, scope, settings
-from recalld.daemon import needs, tailer
 
 MAX_TURN_EVENTS = 2000
-LOG_MAX_BYTES = 10 * 1024 * 1024
-
-
-# --- logging ---------------------------------------------------------------------------------
-
-
-def log_path() -> Path:
-    return Path(paths.logs_dir()) / "daemon.log"
-
-
-class _JsonLog:
-    """The same calls as a structlog logger, for when structlog is not importable."""
-
-    def __init__(self, f):
-        self.f = f
-        self.lock = threading.Lock()
-
-    def _write(self, level, event, **kw):
-        rec = {"event": event, "level": level, "timestamp": receipts.now_iso(), **kw}
-        with self.lock:
-            self.f.write(json.dumps(rec, default=str) + "\n")
-            self.f.flush()
-
-    def info(self, event, **kw):
-        self._write("info", event, **kw)
-
-    def warning(self, event, **kw):
-        self._write("warning", event, **kw)
-
-    def error(self, event, **kw):
-        self._write("error", event, **kw)
-
-
-def open_log():
-    """A JSON-lines logger writing to RECALLD_HOME/logs/daemon.log (rotated once at 10 MB)."""
-    p = log_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if p.stat().st_size > LOG_MAX_BYTES:
-            os.replace(p, p.with_suffix(".log.1"))
-    except OSError:
-        pass
-    f = open(p, "a", encoding="utf-8", buffering=1)
-    try:
-        import structlog
-    except ImportError:
-        return _JsonLog(f), f
-    logger = structlog.wrap_logger(
-        structlog.PrintLogger(f),
-        processors=[structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer(default=str)],
-        context_class=dict, cache_logger_on_first_use=False)
-    return logger.bind(pid=os.getpid()), f
-
-
-# --- the lock --------------------------------------------------------------------------------
-
-
-class InstanceLock:
-    """The single-instance lock: an exclusive flock held for the daemon's life."""
-
-    def __init__(self):
-        self.fd = None
-
-    def acquire(self, wait_s: float = 2.0) -> bool:
-        import fcntl
-
-        d = Path(autostart.daemon_dir())
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(str(autostart.lock_path()), os.O_RDWR | os.O_CREAT, 0o600)
-        end = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                # A status check may hold a shared lock for a microsecond; a daemon holds it for good.
-                if time.monotonic() >= end:
-                    os.close(fd)
-                    return False
-                time.sleep(0.05)
-        self.fd = fd
-        tmp = Path(autostart.pid_path()).with_suffix(".tmp")
-        tmp.write_text(str(os.getpid()), encoding="ascii")
-        os.replace(tmp, autostart.pid_path())
-        return True
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        try:
-            if _read_int(autostart.pid_path()) == os.getpid():
-                Path(autostart.pid_path()).unlink()
-        except OSError:
-            pass
-        os.close(self.fd)  # closing drops the flock
-        self.fd = None
-
-
-def _read_int(p) -> "int | None":
-    try:
-        return int(Path(p).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-# --- the judge worker ----------------------------------------------------------------------
-
-
-class _Job:
-    def __init__(self, fn):
-        self.fn = fn
-        self.started = threading.Event()
-        self.done = threading.Event()
-        self.result = None
-        self.error: "BaseException | None" = None
-
-
-class JudgeWorker:
-    """One thread that runs judge calls; callers wait with a time limit."""
-
-    def __init__(self):
-        self.q: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._loop, name="recalld-judge", daemon=True)
-        self.busy = False
-        self.thread.start()
-
-    def _loop(self):
-        while True:
-            job = self.q.get()
-            if job is None:
-                return
-            self.busy = True
-            job.started.set()
-            try:
-                job.result = job.fn()
-            except BaseException as e:
-                job.error = e
-            finally:
-                self.busy = False
-                job.done.set()
-
-    def submit(self, fn) -> _Job:
-        job = _Job(fn)
-        self.q.put(job)
-        return job
-
-    def stop(self, wait_s: float = 10.0) -> bool:
-        self.q.put(None)
-        self.thread.join(wait_s)
-        return not self.thread.is_alive()
-
-
-class PassTimeout(Exception):
-    pass
-
-
-# --- the daemon ------------------------------------------------------------------------------
 
 
 def _now() -> str:
@@ -216,7 +56,7 @@ class Daemon:
         self.rescan_s = float(d.get("rescan_s", 30.0))
         self.poll_s = float(d.get("poll_s", 2.0))
         self.stop_event = threading.Event()
-        self.turn_end_hooks: list = list(turn_end_hooks)
+        self.turn_end_hooks = tuple(turn_end_hooks)
         self.log, self._log_file = (log, None) if log is not None else open_log()
         self._judge_fn = judge_fn  # tests and benchmarks may pass their own pipeline entry
         self.lock = InstanceLock()
@@ -236,16 +76,12 @@ class Daemon:
         self._turn_q: queue.Queue = queue.Queue()
         self._turn_buf: dict = {}
         self._threads: list = []
-        self.judge_worker: "JudgeWorker | None" = None
+        self.judge_worker: "passes.JudgeWorker | None" = None
         self._status_dirty = True
         self._status_written = 0.0
         self.ready = threading.Event()  # set once the first scan is stored
 
     # --- lifecycle ---------------------------------------------------------------------------
-
-    def add_turn_end_hook(self, fn) -> None:
-        if fn not in self.turn_end_hooks:
-            self.turn_end_hooks.append(fn)
 
     def run(self, install_signals: bool = True) -> int:
         """Foreground: hold the lock, run until SIGTERM/SIGINT or stop(). Returns an exit code."""
@@ -271,7 +107,7 @@ class Daemon:
         self.started_at = _now()
         self._started_mono = time.monotonic()
         self._resolve_judge()
-        self.judge_worker = JudgeWorker()
+        self.judge_worker = passes.JudgeWorker()
         if (self.cfg.get("daemon") or {}).get("preload_model", True) and self.judge_status.get("available"):
             self.judge_worker.submit(self._preload)
         for name, target in (("recalld-loop", self._loop), ("recalld-passer", self._passer),
@@ -305,9 +141,9 @@ class Daemon:
         if self.judge_worker is not None and not self.judge_worker.stop(30):
             left.append("recalld-judge")
         try:
-            from recalld.model import runtime as llm
+            from recalld.model import runtime
 
-            llm.shutdown()
+            runtime.shutdown()
         except Exception:
             pass
         self._event("stop", None, {"reason": getattr(self, "_stop_reason", "shutdown"), "threads_left": left})
@@ -323,23 +159,23 @@ class Daemon:
 
     def _resolve_judge(self) -> None:
         try:
-            from recalld.model import runtime as llm
+            from recalld.model.resolve import resolve
         except Exception as e:
-            self.judge_status.update(available=False, reason=f"recalld.model.runtime unavailable: {e}")
+            self.judge_status.update(available=False, reason=f"recalld.model.resolve unavailable: {e}")
             return
         try:
-            ch = llm.resolve("judge", self.cfg)
+            ch = resolve("judge", self.cfg)
             self.judge_status.update(model=ch.path, source=ch.source, available=ch.available,
                                      reason=ch.reason)
         except Exception as e:
             self.judge_status.update(available=False, reason=f"{type(e).__name__}: {e}")
 
     def _preload(self) -> None:
-        from recalld.model import runtime as llm
+        from recalld.model import runtime
 
         t0 = time.perf_counter()
         try:
-            llm.require_runtime("judge", self.cfg)
+            runtime.require_runtime("judge", self.cfg)
             self.judge_status.update(loaded=True, available=True, reason=None,
                                      load_ms=round((time.perf_counter() - t0) * 1000, 1))
             self.log.info("judge_loaded", model=self.judge_status.get("model"),
@@ -462,29 +298,17 @@ class Daemon:
         """One background pass; appends exactly one receipt and returns it."""
         t0 = time.perf_counter()
         cfg = settings.load()
-        r = receipts.new("daemon", "need")
-        r["act"] = "need"
-        r["session"], r["agent"] = need.session, need.agent
-        project = need.project or (scope.resolve_project(need.cwd) if need.cwd else None)
-        r["project"] = project
-        r["detail"] = {"trigger": need.triggers, "need_chars": len(need.query),
-                       "need_sha256": hashlib.sha256(need.query.encode("utf-8", "replace")).hexdigest(),
-                       "window_events": need.events, "line_no": need.line_no,
-                       "transcript": os.path.basename(need.source or "")}
+        r = passes.new_receipt(need)
+        project = r["project"]
         queued_rows = []
         try:
             if not project:
                 raise ValueError("no project: the transcript names no cwd")
             # A subagent sees project and shared memories, not the main agent's private notes.
             sc = scope.Scope(project=project, agent=need.agent if need.agent else "main")
-            jcfg = cfg.get("judge") or {}
-            # the judge enforces timeout_s on the model itself; this bounds search + model + slack
-            t = float(jcfg.get("timeout_s", 20))
-            limit = t + max(1.0, 0.25 * t)
-            if not self.judge_status.get("loaded"):
-                limit += float((cfg.get("daemon") or {}).get("load_allowance_s", 60))
+            limit = passes.time_limit(cfg, bool(self.judge_status.get("loaded")))
             res = self._run_judge(need.query, sc, cfg, limit)
-            self._fill_from_result(r, res)
+            passes.fill_from_result(r, res)
             if not getattr(res, "available", False):
                 r["outcome"] = "skipped"
                 r["error"] = f"judge_unavailable: {res.error or 'no model'}"[:300]
@@ -493,17 +317,17 @@ class Daemon:
                 if not self.judge_status.get("loaded"):
                     self.judge_status.update(loaded=True, available=True, reason=None)
                 passed = list(res.passed)
-                queued_rows, already = self._new_for_session(conn, need.session, passed)
+                queued_rows, already = passes.new_for_session(conn, need.session, passed)
                 r["detail"]["already_queued"] = already
                 r["outcome"] = "injected" if queued_rows else "nothing"
                 if res.error:
                     r["error"] = str(res.error)[:300]
-        except PassTimeout as e:
+        except passes.PassTimeout as e:
             r["outcome"], r["error"] = "timeout", str(e)
         except Exception as e:
             r["outcome"], r["error"] = "error", f"{type(e).__name__}: {str(e)[:200]}"
         r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        where = self._commit_pass(conn, r, queued_rows, cfg)
+        where = passes.commit_pass(conn, r, queued_rows, cfg)
         self._count_pass(r, where)
         return r
 
@@ -513,78 +337,14 @@ class Daemon:
         stuck = getattr(self, "_timed_out_job", None)
         if stuck is not None and not stuck.done.is_set():
             # An abandoned call still holds the worker: do not pile more work behind it.
-            raise PassTimeout("judge_busy: a timed-out pass is still running")
+            raise passes.PassTimeout("judge_busy: a timed-out pass is still running")
         job = self.judge_worker.submit(lambda: self._judge_call(text, sc, cfg))
         if not job.done.wait(limit):
             self._timed_out_job = job
-            raise PassTimeout(f"judge_timeout: no verdict within {limit:g} s")
+            raise passes.PassTimeout(f"judge_timeout: no verdict within {limit:g} s")
         if job.error is not None:
             raise job.error
         return job.result
-
-    @staticmethod
-    def _fill_from_result(r: dict, res) -> None:
-        cands = list(getattr(res, "candidates", []) or [])
-        passed = list(getattr(res, "passed", []) or [])
-        r["candidates"] = len(cands)
-        r["above_floor"] = len(passed)
-        r["detail"].update({
-            "candidates": [{"id": v.memory_id, "search_score": round(float(v.search_score), 4),
-                            "judge_score": v.judge_score, "rank_score": getattr(v, "rank_score", None),
-                            "passed": bool(v.passed)} for v in cands],
-            "threshold": getattr(res, "threshold", None),
-            "model": getattr(res, "model", None),
-            "model_ms": round(float(getattr(res, "model_ms", 0.0) or 0.0), 1),
-            "judge_available": bool(getattr(res, "available", False)),
-            "method": getattr(res, "method", None),
-        })
-        if getattr(res, "load_ms", None) is not None:
-            r["detail"]["load_ms"] = round(res.load_ms, 1)
-
-    @staticmethod
-    def _new_for_session(conn, session: str, passed: list) -> tuple:
-        """Passed verdicts not already queued for this session (one memory is injected once)."""
-        rows, already = [], []
-        for v in passed:
-            hit = conn.execute("SELECT 1 FROM queue WHERE session = ? AND memory_id = ? LIMIT 1",
-                               (session, v.memory_id)).fetchone()
-            if hit:
-                already.append(v.memory_id)
-            else:
-                rows.append(v)
-        return rows, already
-
-    def _commit_pass(self, conn, r: dict, rows: list, cfg: dict) -> str:
-        minutes = float((cfg.get("queue") or {}).get("expire_minutes", 30))
-        now = datetime.now(timezone.utc)
-        expires = (now + timedelta(minutes=minutes)).isoformat(timespec="microseconds")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                queued = []
-                for v in rows:
-                    cur = conn.execute(
-                        "INSERT INTO queue (time, session, memory_id, score, receipt_uid, expires_at) VALUES (?,?,?,?,?,?)",
-                        (r["time"], r["session"], v.memory_id, v.judge_score, r["uid"], expires))
-                    queued.append({"queue_id": cur.lastrowid, "memory_id": v.memory_id,
-                                   "judge_score": v.judge_score})
-                r["detail"]["queued"] = queued
-                receipts.insert(conn, r)
-                conn.execute("COMMIT")
-                return "db"
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except Exception as e:
-            reason = f"{type(e).__name__}: {e}"[:200]
-            r["detail"]["queued"] = []
-            if r["outcome"] == "injected":
-                r["outcome"], r["error"] = "error", f"queue_write_failed: {reason}"
-            try:
-                receipts.append_fallback(r, reason)
-                return "fallback"
-            except OSError:
-                return "lost"
 
     def _count_pass(self, r: dict, where: str) -> None:
         self.passes["run"] += 1
@@ -609,7 +369,7 @@ class Daemon:
             if item is None or self.stop_event.is_set():
                 return
             session, events = item
-            for fn in list(self.turn_end_hooks):
+            for fn in self.turn_end_hooks:
                 try:
                     fn(session, events)
                 except Exception as e:
@@ -681,81 +441,3 @@ class Daemon:
 
 def _name(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-# --- status, from any process ------------------------------------------------------------------
-
-
-def status(conn: "sqlite3.Connection | None" = None, cfg: "dict | None" = None) -> dict:
-    """What `recalld daemon status` shows: the running daemon's own report plus the store's view."""
-    cfg = cfg if cfg is not None else settings.load()
-    pid = autostart.running_pid()
-    try:
-        snap = json.loads(Path(autostart.status_path()).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        snap = {}
-    running = pid is not None
-    out = {"running": running, "pid": (pid if pid > 0 else snap.get("pid")) if running else None}
-    if running and snap:
-        out.update({k: v for k, v in snap.items() if k not in ("running", "pid")})
-        try:
-            started = datetime.fromisoformat(snap["started_at"])
-            out["uptime_s"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
-        except (KeyError, TypeError, ValueError):
-            pass
-    else:
-        out["roots"] = [{"path": str(p), "agent": k, "exists": p.is_dir()} for p, k in tailer.default_roots(cfg)]
-        if snap:
-            out["last_run"] = {k: snap.get(k) for k in ("started_at", "written_at", "passes", "last_error")}
-        try:
-            from recalld.model import runtime as llm
-
-            ch = llm.resolve("judge", cfg)
-            out["judge"] = {"model": ch.path, "source": ch.source, "available": ch.available,
-                            "reason": ch.reason, "loaded": False}
-        except Exception as e:
-            out["judge"] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
-    out["autostart"] = bool((cfg.get("daemon") or {}).get("autostart"))
-    out["log"] = str(log_path())
-    own = conn is None
-    try:
-        if own:
-            conn = db.connect()
-        out.update(_store_view(conn))
-    except sqlite3.Error as e:
-        out["store_error"] = str(e)[:200]
-    finally:
-        if own and conn is not None:
-            conn.close()
-    return out
-
-
-def _store_view(conn) -> dict:
-    offs = tailer.offsets(conn, limit=20)
-    files = conn.execute("SELECT count(DISTINCT path) FROM tail_offsets").fetchone()[0]
-    tot = conn.execute(
-        """SELECT coalesce(sum(t.lines),0), coalesce(sum(t.events),0), coalesce(sum(t.malformed),0)
-           FROM tail_offsets t JOIN (SELECT path, max(id) AS id FROM tail_offsets GROUP BY path) l ON l.id = t.id"""
-    ).fetchone()
-    sessions = conn.execute(
-        """SELECT session, count(*) AS events, max(time) AS last_time, max(project) AS project
-           FROM transcript_events GROUP BY session ORDER BY max(id) DESC LIMIT 10""").fetchall()
-    n_sessions = conn.execute("SELECT count(DISTINCT session) FROM transcript_events").fetchone()[0]
-    now = receipts.now_iso()
-    depth = conn.execute(
-        """SELECT count(*) FROM queue q WHERE NOT EXISTS (SELECT 1 FROM queue_delivered d WHERE d.queue_id = q.id)
-           AND (q.expires_at IS NULL OR q.expires_at > ?)""", (now,)).fetchone()[0]
-    passes = conn.execute("SELECT count(*) FROM receipts WHERE source = 'daemon'").fetchone()[0]
-    last_err = conn.execute(
-        "SELECT time, error FROM receipts WHERE source = 'daemon' AND error IS NOT NULL ORDER BY id DESC LIMIT 1"
-    ).fetchone()
-    return {
-        "files": files, "lines": tot[0], "events": tot[1], "malformed": tot[2],
-        "offsets": [{k: o[k] for k in ("path", "offset", "lines", "events", "malformed", "generation", "reason", "time")}
-                    for o in offs],
-        "sessions": n_sessions,
-        "recent_sessions": [dict(s) for s in sessions],
-        "queue_depth": depth,
-        "passes_recorded": passes,
-        "last_pass_error": dict(last_err) if last_err else None,
-    }

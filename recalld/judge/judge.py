@@ -6,16 +6,13 @@ judge.threshold, calibrated on development data, see docs/judge.md) decides what
 when nothing answers, nothing passes.
 
 The score is query likelihood, measured as how much the memory helps a small language model
-predict the need:
+predict the need (recalld.judge.scoring):
 
     judge_score = (log P(need | memory) - log P(need | no memory)) / tokens in the need
 
-A memory that answers the need makes its words predictable (names, places, the error text);
-an unrelated memory does not, and the per-token average keeps long and short needs on one
-scale. The "no memory" likelihood is computed once per need; every candidate costs one
-decode of its memory plus the need. Of the candidates at or above the threshold, the first
-judge.max_pass (default 1) in re-ranked order pass (recalld.rerank: the search's ranking key
-plus the model's gain on the need's words the memory does not hold, from the same decode).
+Of the candidates at or above the threshold, the first judge.max_pass (default 1) in re-ranked
+order pass (recalld.judge.rerank: the search's ranking key plus the model's gain on the need's
+words the memory does not hold, from the same decode).
 
 When no model is available the result says so (available=False, error=why) and nothing
 passes: the judge never degrades to "inject everything".
@@ -24,20 +21,13 @@ passes: the judge never degrades to "inject everything".
 import time
 from dataclasses import dataclass, field
 
-from recalld.model import runtime as llm
 from recalld.core.scope import Scope
+from recalld.judge import rerank
+from recalld.model import runtime as llm
+from recalld.model.errors import LLMError, Unavailable
+from recalld.model.resolve import resolve
 
 METHOD = "query-likelihood"
-MAX_MEMORY_CHARS = 1500  # a memory longer than this is judged on its head
-MAX_NEED_CHARS = 400  # a long need is judged on its tail (the latest reasoning or error); its tokens
-# are decoded once per candidate, so this bounds the cost of a pass
-
-# The same frame with and without the memory, so the difference isolates what the memory adds.
-WITH_MEMORY = "Note: {memory}\nQuestion:"
-WITHOUT_MEMORY = "Note: (none)\nQuestion:"
-# Measured and not kept (docs/judge.md): asking the model "does the note answer the question?"
-# and comparing log P(yes) with log P(no) after the same frame.
-YES_NO = "\nDoes the note answer the question (yes or no)? Answer:"
 
 
 @dataclass
@@ -48,7 +38,7 @@ class Verdict:
     judge_score: "float | None"
     passed: bool
     detail: dict = field(default_factory=dict)
-    rank_score: "float | None" = None  # recalld.rerank's ordering key (None: not scored)
+    rank_score: "float | None" = None  # recalld.judge.rerank's ordering key (None: not scored)
 
     def as_dict(self) -> dict:
         return {"memory_id": self.memory_id, "text": self.text,
@@ -71,6 +61,9 @@ class JudgeResult:
     method: str = METHOD
     search_ms: float = 0.0
     load_ms: "float | None" = None  # set on the call that loaded the model
+    # The candidates in the re-ranked order select() chose from (recalld.bench.judge applies
+    # select() to it at other thresholds).
+    ranked: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"need": self.need, "method": self.method, "model": self.model,
@@ -81,57 +74,8 @@ class JudgeResult:
                 "passed": [v.memory_id for v in self.passed]}
 
 
-def _clip_memory(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_MEMORY_CHARS else text[:MAX_MEMORY_CHARS] + " ..."
-
-
-def clip_need(need: str) -> str:
-    need = " ".join(need.split())
-    return need if len(need) <= MAX_NEED_CHARS else need[-MAX_NEED_CHARS:]
-
-
-def score_texts(runtime, need: str, texts: list, deadline: "float | None" = None) -> list:
-    """Judge score for each memory text (None for those the deadline cut off).
-
-    Raises llm.LLMTimeout only if not even the baseline fitted; a partial run returns Nones."""
-    gains = token_gains(runtime, need, texts, deadline)
-    return [None if g is None else sum(g) / max(len(g), 1) for g in gains]
-
-
-def token_gains(runtime, need: str, texts: list, deadline: "float | None" = None) -> list:
-    """For each memory text, how much it raises the log-probability of each of the need's tokens
-    (the tokens of `need_continuation(need)`; None for a text the deadline cut off). Their mean
-    is the judge score; recalld.rerank reads them word by word.
-
-    Raises llm.LLMTimeout only if not even the baseline fitted; a partial run returns Nones."""
-    need_c = need_continuation(need)
-
-    def left():
-        return None if deadline is None else max(0.05, deadline - time.monotonic())
-
-    base = runtime.token_logprobs(WITHOUT_MEMORY, need_c, timeout_s=left())
-    out = []
-    for t in texts:
-        if deadline is not None and time.monotonic() >= deadline:
-            out.append(None)
-            continue
-        try:
-            lps = runtime.token_logprobs(WITH_MEMORY.format(memory=_clip_memory(t)), need_c, timeout_s=left())
-        except llm.LLMTimeout:
-            out.append(None)
-            continue
-        out.append([a - b for a, b in zip(lps, base)])
-    return out
-
-
-def need_continuation(need: str) -> str:
-    """The need as the model reads it after the frame (clipped, one leading space)."""
-    return " " + clip_need(need)
-
-
 def select(cands: list, threshold: float, max_pass: int) -> list:
-    """What passes: of `cands`, given in re-ranked order (recalld.rerank), those at or above
+    """What passes: of `cands`, given in re-ranked order (recalld.judge.rerank), those at or above
     the threshold, at most max_pass of them. The judge score gates; the re-ranked order (the
     search's ranking key plus the model's gain on the words the memory lacks) chooses. Measured
     on LoCoMo dev (docs/judge.md): passing only one raised the precision of what is injected
@@ -163,14 +107,14 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeR
     if runtime is None:
         if not cands:
             # Nothing to judge: say whether a judge would be there without loading it.
-            choice = llm.resolve("judge", cfg)
+            choice = resolve("judge", cfg)
             res.available, res.error = choice.available, choice.reason
             res.model = choice.path and choice.path.rsplit("/", 1)[-1]
             return res
         first = not llm.loaded()
         try:
             runtime = llm.require_runtime("judge", cfg)
-        except llm.Unavailable as e:
+        except Unavailable as e:
             res.error = str(e)
             return res
         if first:
@@ -179,14 +123,12 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeR
     if not cands:
         return res
 
-    from recalld.judge import rerank  # it imports this module
-
     deadline = time.monotonic() + timeout_s
     ms0 = runtime.model_ms
     try:
         # One decode per candidate gives both its judge score and its re-ranking key.
         ranked = rerank.rerank(runtime, need, hits, top=len(hits), deadline=deadline)
-    except llm.LLMError as e:
+    except LLMError as e:
         ranked, res.error = [rerank.Ranked(h, None, None) for h in hits], f"judge failed: {e}"
     res.model_ms = runtime.model_ms - ms0
     by_id = {v.memory_id: v for v in cands}
@@ -194,7 +136,8 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None) -> JudgeR
         v = by_id[r.hit.id]
         v.judge_score = None if r.ql is None else round(r.ql, 4)
         v.rank_score = None if r.rank_score is None else round(r.rank_score, 4)
-    for v in select([by_id[r.hit.id] for r in ranked], threshold, max_pass):
+    res.ranked = [by_id[r.hit.id] for r in ranked]
+    for v in select(res.ranked, threshold, max_pass):
         v.passed = True
     unscored = sum(v.judge_score is None for v in cands)
     if unscored and res.error is None:

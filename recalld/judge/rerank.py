@@ -1,10 +1,11 @@
 """Re-ranking the search's top candidates in the background pass with the local model.
 
 The pre-step has no time for a model; the background pass does. There
-(recalld.judge.judge_need) the top judge.max_candidates of recalld.search are re-scored with query likelihood, the zero-shot re-ranker that
-works with any small causal model: how much a memory raises the log-probability of each of
-the query's tokens (recalld.judge.token_gains, the judge's own decode, so one decode per
-candidate serves both the re-ranking and the judge's threshold).
+(recalld.judge.judge.judge_need) the top judge.max_candidates of recalld.core.search are
+re-scored with query likelihood, the zero-shot re-ranker that works with any small causal
+model: how much a memory raises the log-probability of each of the query's tokens
+(recalld.judge.scoring.token_gains, the judge's own decode, so one decode per candidate serves
+both the re-ranking and the judge's threshold).
 
 The search has already counted every query word a memory holds. So the re-ranker adds the
 model's gain only on the informative words the memory does *not* match (`unmatched_gain`):
@@ -19,16 +20,16 @@ query's tokens, and lost fewer of the questions the search order had right (16 a
 docs/evaluation.md has the measurements. A word search matched only after correcting a typo is
 stemmed here as typed, so it counts as unmatched.
 
-Not on the hook's path: this imports the model runtime.
+Not on the hook's path: it runs a loaded model (recalld.model.runtime).
 """
 
 import sqlite3
 from dataclasses import dataclass
 
-from recalld.judge import judge
-from recalld.model import runtime as llm
 from recalld.core.search import Hit
 from recalld.core.textproc import Stemmer, identifier_parts, informative, tokens
+from recalld.judge.scoring import need_continuation, token_gains
+from recalld.model.errors import LLMTimeout
 
 # On the search's ranking key, not its coverage `score`: adding coverage alone dropped the
 # subject-label and bm25 terms. 3 was best of 2 / 2.5 / 3 / 4 / 5 with the gain on unmatched
@@ -99,10 +100,10 @@ def rerank(runtime, query: str, hits: list, *, top: "int | None" = None,
     if not head:
         return []
     try:
-        gains = judge.token_gains(runtime, query, [h.text for h in head], deadline)
-    except llm.LLMTimeout:  # not even the no-memory baseline fitted: nothing scored
+        gains = token_gains(runtime, query, [h.text for h in head], deadline)
+    except LLMTimeout:  # not even the no-memory baseline fitted: nothing scored
         gains = [None] * len(head)
-    qwords = query_words(runtime.pieces(judge.need_continuation(query))) if any(g is not None for g in gains) else []
+    qwords = query_words(runtime.pieces(need_continuation(query))) if any(g is not None for g in gains) else []
     scored, unscored = [], []
     for h, g in zip(head, gains):
         if g is None:

