@@ -48,12 +48,17 @@ def test_submodule_style_gitdir_without_commondir_is_its_own_project(tmp_path):
 
 def test_agent_identity(monkeypatch):
     monkeypatch.delenv("RECALLD_AGENT", raising=False)
+    monkeypatch.delenv("RECALLD_SUBAGENT", raising=False)
     assert scope.resolve_agent({}) == "main"
-    # agent_type only counts inside a subagent (agent_id present)
+    # agent_type only counts inside a subagent (agent_id present), and only under the main agent
     assert scope.resolve_agent({"agent_type": "reviewer"}) == "main"
-    assert scope.resolve_agent({"agent_id": "a1", "agent_type": "reviewer"}) == "reviewer"
+    assert scope.resolve_agent({"agent_id": "a1", "agent_type": "reviewer"}) == "main/reviewer"
     monkeypatch.setenv("RECALLD_AGENT", "builder")
-    assert scope.resolve_agent({"agent_id": "a1", "agent_type": "reviewer"}) == "builder"
+    assert scope.resolve_agent({}) == "builder"
+    assert scope.resolve_agent({"agent_id": "a1", "agent_type": "reviewer"}) == "builder/reviewer"
+    # outside a hook (CLI, MCP) the environment names the subagent
+    monkeypatch.setenv("RECALLD_SUBAGENT", "reviewer")
+    assert scope.resolve_agent() == "builder/reviewer"
 
 
 def test_reads_see_own_agent_project_and_shared_only(conn, project, tmp_path):
