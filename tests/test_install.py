@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from recalld.install import plan as install
+from recalld.agents import claude_code, gemini
+from recalld.install import githook, plan as install, snippets
+from recalld.install import toml as tomlblock
 from recalld.core import receipts
-from tests.conftest import REPO, run_recalld
+from tests.helpers import REPO, run_recalld
 
 PREFIX = [sys.executable, "-m", "recalld"]
 
@@ -348,9 +350,9 @@ def test_codex_refuses_a_hand_written_recalld_server(user):
 def test_codex_block_with_awkward_paths_reads_back():
     tomllib = pytest.importorskip("tomllib")
     for prefix in (["/opt/my tools/recalld"], ['/weird"quote\\back/recalld'], ["/ünï/cödé/recalld"]):
-        text = "a = 1\n" + "\n" + install.toml_block(prefix)
+        text = "a = 1\n" + "\n" + tomlblock.toml_block(prefix)
         assert tomllib.loads(text)["mcp_servers"]["recalld"]["command"] == prefix[0]
-        assert install.remove_toml_block(text) == "a = 1\n"
+        assert tomlblock.remove_toml_block(text) == "a = 1\n"
 
 
 # --- Gemini --------------------------------------------------------------------------------------
@@ -367,7 +369,7 @@ def test_gemini_timeouts_in_milliseconds_and_round_trip(user):
     data = load(settings)
     ours = recalld_handlers(data)
     assert sorted(ours) == sorted(["SessionStart", "BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent"])
-    spec = {native: t for native, _, _, t in install.GEMINI_HOOKS}
+    spec = {native: t for native, _, _, t in gemini.ADAPTER.install_hooks()}
     for event, [(matcher, h)] in ours.items():
         assert h["timeout"] == spec[event] * 1000 and h["timeout"] >= 1000
         assert shlex.split(h["command"])[-2:] == ["--agent", "gemini"]
@@ -424,8 +426,8 @@ def test_git_hook_chains_an_existing_hook_and_never_blocks(user, project):
     hook.chmod(0o755)
     res = run_recalld(["install", "git-hook", "--cwd", str(project), "--command", shlex.join(PREFIX)])
     assert res.returncode == 0, res.stderr
-    chained = project / ".git" / "hooks" / install.GIT_CHAINED
-    assert chained.read_text() == USER_HOOK and install.GIT_MARKER in hook.read_text()
+    chained = project / ".git" / "hooks" / githook.GIT_CHAINED
+    assert chained.read_text() == USER_HOOK and githook.GIT_MARKER in hook.read_text()
 
     (project / "a.txt").write_text("a\n")
     git(project, "add", "a.txt")
@@ -446,7 +448,7 @@ def test_git_hook_chains_an_existing_hook_and_never_blocks(user, project):
 
     # idempotent
     before = hook.read_bytes()
-    assert not install.install_git_hook(project, PREFIX)[0].changed and hook.read_bytes() == before
+    assert not githook.install_git_hook(project, PREFIX)[0].changed and hook.read_bytes() == before
 
     res = run_recalld(["uninstall", "git-hook", "--cwd", str(project)])
     assert res.returncode == 0, res.stderr
@@ -460,12 +462,12 @@ def test_a_broken_or_missing_recalld_never_blocks_a_commit(user, project, tmp_pa
     broken.chmod(0o755)
     commands = ([str(broken)], [str(tmp_path / "nowhere" / "recalld")], [sys.executable, "-m", "nosuchmodule"])
     for i, command in enumerate(commands):
-        install.install_git_hook(project, command)
+        githook.install_git_hook(project, command)
         f = project / f"f{i}.txt"
         f.write_text("x\n")
         git(project, "add", f.name)
         assert git(project, "commit", "-m", f"commit {command}", check=False).returncode == 0
-    install.uninstall_git_hook(project)
+    githook.uninstall_git_hook(project)
     assert not (project / ".git" / "hooks" / "pre-commit").exists()
 
 
@@ -479,14 +481,14 @@ def test_git_hook_honours_core_hooks_path_and_a_python_hook(user, project):
     py.chmod(0o755)
     sub = project / "sub"
     sub.mkdir()
-    install.install_git_hook(sub, PREFIX)
-    assert install.GIT_MARKER in py.read_text() and not (project / ".git" / "hooks" / "pre-commit").exists()
+    githook.install_git_hook(sub, PREFIX)
+    assert githook.GIT_MARKER in py.read_text() and not (project / ".git" / "hooks" / "pre-commit").exists()
     (project / "c.txt").write_text("c\n")
     git(project, "add", "c.txt")
     assert git(project, "commit", "-m", "c").returncode == 0
     assert (project / ".git" / "py-hook.log").exists()
     assert len(commit_receipts()) == 1
-    status = install.git_hook_status(project)
+    status = githook.git_hook_status(project)
     assert status["installed"] and status["chained"] and status["path"] == str(py)
 
 
@@ -495,7 +497,7 @@ def test_git_hook_honours_core_hooks_path_and_a_python_hook(user, project):
 
 def test_doctor_json_reports_installs_state_and_a_timed_hook_run(user, project):
     install.install("claude-code", "user", command=PREFIX)
-    install.install_git_hook(project, PREFIX)
+    githook.install_git_hook(project, PREFIX)
     res = run_recalld(["doctor", "--json", "--cwd", str(project), "--command", shlex.join(PREFIX)])
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
@@ -532,14 +534,14 @@ def test_doctor_reports_a_hook_that_cannot_run(user, project, tmp_path):
 
 
 def test_hooks_dir_matches_the_installer():
-    """hooks/ is generated by `python3 -m recalld.install`; this fails when they drift."""
-    for rel, text in install.snippets().items():
+    """hooks/ is generated by `python3 -m recalld.install.snippets`; this fails when they drift."""
+    for rel, text in snippets.snippets().items():
         path = REPO / "hooks" / rel
-        assert path.read_text() == text, f"hooks/{rel} is stale: run python3 -m recalld.install"
-        if rel in install.EXECUTABLE_SNIPPETS:
+        assert path.read_text() == text, f"hooks/{rel} is stale: run python3 -m recalld.install.snippets"
+        if rel in snippets.EXECUTABLE_SNIPPETS:
             assert os.access(path, os.X_OK)
     sample = json.loads((REPO / "hooks" / "claude-code" / "settings.json").read_text())
-    assert sorted(recalld_handlers(sample)) == sorted(n for n, *_ in install.CLAUDE_HOOKS)
+    assert sorted(recalld_handlers(sample)) == sorted(n for n, *_ in claude_code.ADAPTER.install_hooks())
     market = json.loads((REPO / "contrib" / "claude-code" / "marketplace.json").read_text())
     for plugin in market["plugins"]:
         root = (REPO / plugin["source"]).resolve()
@@ -593,11 +595,11 @@ def test_doctor_knows_every_module_a_hook_loads_and_their_bytecode(home, project
 
     from recalld.install import doctor
     from recalld.install.plan import ensure_bytecode
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     code = (
         "import sys, json\n"
-        "from recalld import hook\n"
+        "from recalld.hook import run as hook\n"
         "cwd = sys.argv[1]\n"
         "for ev, p in [('session-start', {'hook_event_name': 'SessionStart', 'source': 'startup'}),\n"
         "              ('prompt-submit', {'hook_event_name': 'UserPromptSubmit', 'prompt': 'why alembic'}),\n"
@@ -610,6 +612,9 @@ def test_doctor_knows_every_module_a_hook_loads_and_their_bytecode(home, project
                 env=dict(_os.environ, PYTHONPATH=str(REPO)))
     assert p.returncode == 0, p.stderr
     loaded = set(_json.loads(p.stdout))
-    assert loaded <= set(doctor.HOT_MODULES) | {"entry"}, loaded - set(doctor.HOT_MODULES)
+    import recalld
+
+    hot = {m for m in loaded if m.split(".")[0] in recalld.HOT_PACKAGES or m == "entry"}
+    assert loaded == hot, loaded - hot
     ensure_bytecode()
     assert doctor.bytecode()["missing_or_stale"] == []

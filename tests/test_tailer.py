@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TRANSCRIPTS
+from tests.helpers import TRANSCRIPTS
 from recalld.core import db
 from recalld.daemon import tailer
 from recalld.daemon import transcripts as T
@@ -81,7 +81,7 @@ def appender(files, rng):
         yield d
 
 
-def test_progressive_replay_exactly_once_across_restarts(home, tmp_path):
+def test_progressive_replay_exactly_once_across_restarts(home, tmp_path, shared_transcripts):
     root = tmp_path / "projects"
     files = layout(root)
     rng = random.Random(7)
@@ -110,7 +110,7 @@ def test_progressive_replay_exactly_once_across_restarts(home, tmp_path):
     assert tailer.Tailer(db.connect(), [(root, "claude")]).rescan() == []
 
 
-def test_partial_line_waits_for_its_newline(home, tmp_path):
+def test_partial_line_waits_for_its_newline(home, tmp_path, shared_transcripts):
     src = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)
     p = tmp_path / "r" / "p" / "s.jsonl"
     p.parent.mkdir(parents=True)
@@ -128,7 +128,7 @@ def test_partial_line_waits_for_its_newline(home, tmp_path):
     assert r.events[0].text.startswith("The user is having trouble starting their Phoenix server")
 
 
-def test_truncation_and_replacement_start_a_new_generation(home, tmp_path):
+def test_truncation_and_replacement_start_a_new_generation(home, tmp_path, shared_transcripts):
     root = tmp_path / "r"
     p = root / "p" / "s.jsonl"
     p.parent.mkdir(parents=True)
@@ -159,7 +159,7 @@ def test_truncation_and_replacement_start_a_new_generation(home, tmp_path):
     assert [tuple(g) for g in gens] == [(0, n_heavy), (1, n_short), (2, n_heavy)]
 
 
-def test_truncated_and_regrown_while_down_is_detected(home, tmp_path):
+def test_truncated_and_regrown_while_down_is_detected(home, tmp_path, shared_transcripts):
     """Cut and rewritten past the old offset while no tailer ran: the old offset no longer
     ends a line, so the file starts over instead of being read from the middle of a line."""
     root = tmp_path / "r"
@@ -176,7 +176,7 @@ def test_truncated_and_regrown_while_down_is_detected(home, tmp_path):
     assert len(r.events) == len(list(T.parse_file(TRANSCRIPTS / "spotter-tool_heavy.jsonl")))
 
 
-def test_first_start_ingests_only_recent_files(home, tmp_path):
+def test_first_start_ingests_only_recent_files(home, tmp_path, shared_transcripts):
     root = tmp_path / "r"
     old = root / "p" / "old.jsonl"
     new = root / "p" / "new.jsonl"
@@ -196,7 +196,7 @@ def test_first_start_ingests_only_recent_files(home, tmp_path):
     assert got == {"old.jsonl"}
 
 
-def test_malformed_lines_are_counted_in_offsets(home, tmp_path):
+def test_malformed_lines_are_counted_in_offsets(home, tmp_path, shared_transcripts):
     root = tmp_path / "r"
     p = root / "p" / "s.jsonl"
     p.parent.mkdir(parents=True)
@@ -229,7 +229,7 @@ def test_zst_rollout_is_read(home, tmp_path):
     assert tailer.Tailer(db.connect(), [(root, "codex")]).rescan() == []
 
 
-def test_offsets_and_events_are_append_only(home, tmp_path):
+def test_offsets_and_events_are_append_only(home, tmp_path, shared_transcripts):
     root = tmp_path / "r"
     p = root / "p" / "s.jsonl"
     p.parent.mkdir(parents=True)
@@ -250,7 +250,7 @@ def test_default_roots_honour_env(monkeypatch, tmp_path):
                      (tmp_path / "extra", "custom")]
 
 
-def test_watcher_marks_appended_and_new_files(home, tmp_path):
+def test_watcher_marks_appended_and_new_files(home, tmp_path, shared_transcripts):
     pytest.importorskip("watchdog")
     root = tmp_path / "r"
     (root / "p").mkdir(parents=True)
@@ -271,7 +271,7 @@ def test_watcher_marks_appended_and_new_files(home, tmp_path):
         w.stop()
 
 
-def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
+def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path, shared_transcripts):
     """Transcripts carry whatever the agent saw; nothing secret may reach the store."""
     import json as _json
 
@@ -302,7 +302,7 @@ def test_secrets_in_transcripts_are_redacted_before_storage(home, tmp_path):
         assert secret not in dump
 
 
-def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypatch):
+def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypatch, shared_transcripts):
     # rescan stores many files in one transaction; a failure storing one of them must not take
     # the others' rows with it, nor leave that file's events without their offset row
     root = tmp_path / "projects"
@@ -331,7 +331,7 @@ def test_a_file_that_fails_in_a_batch_rolls_back_alone(home, tmp_path, monkeypat
     assert stored_keys(conn) == expected_keys(files.values())
 
 
-def test_a_batch_holds_the_write_lock_only_to_store(home, tmp_path, monkeypatch):
+def test_a_batch_holds_the_write_lock_only_to_store(home, tmp_path, monkeypatch, shared_transcripts):
     # a hook writes its receipt while the daemon reads: parsing and redaction must happen
     # outside any transaction, or the hook would wait for the whole batch
     root = tmp_path / "projects"

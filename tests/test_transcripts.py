@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import TRANSCRIPTS
+from tests.helpers import TRANSCRIPTS
 from recalld.daemon import transcripts as T
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
@@ -16,12 +16,13 @@ def raw_records(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_real_transcripts_are_there():
+def test_real_transcripts_are_there(shared_transcripts):
     assert len(REAL) >= 5, "the shared transcripts are missing"
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_every_content_block_becomes_one_event(path):
+# Without ../shared, one stand-in parameter reaches the shared_transcripts fixture, which skips.
+@pytest.mark.parametrize("path", REAL or [pytest.param(None, id="no-shared")], ids=lambda p: p.name)
+def test_every_content_block_becomes_one_event(path, shared_transcripts):
     """Count the blocks straight from the raw records (field names from the reference) and
     compare with what the parser emits, kind by kind."""
     expected = {"reasoning": 0, "tool_call": 0, "tool_result": 0, "text": 0}
@@ -46,7 +47,7 @@ def test_every_content_block_becomes_one_event(path):
     assert got == expected
 
 
-def test_claude_short_session_fields():
+def test_claude_short_session_fields(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "spotter-short.jsonl"))
     assert {e.session for e in evs} == {"55604662-cf2a-4331-851a-ec234028f8ca"}
     assert all(e.cwd == "/home/marco/projects/spotter" for e in evs)
@@ -65,7 +66,7 @@ def test_claude_short_session_fields():
     assert all(e.source.endswith("spotter-short.jsonl") and e.line_no > 0 for e in evs)
 
 
-def test_claude_turn_end_from_stop_hook_summary():
+def test_claude_turn_end_from_stop_hook_summary(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "spotter-subagent.jsonl"))
     ends = [e for e in evs if e.kind == "turn_end"]
     assert ends and ends[-1].line_no == 96  # the system stop_hook_summary record
@@ -74,13 +75,13 @@ def test_claude_turn_end_from_stop_hook_summary():
     assert metas and metas[0].text.startswith("Create beads")
 
 
-def test_claude_bash_success_is_not_an_error():
+def test_claude_bash_success_is_not_an_error(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "spotter-subagent.jsonl"))
     bash_results = [e for e in evs if e.kind == "tool_result" and e.tool == "Bash"]
     assert bash_results and not any(e.is_error for e in bash_results)
 
 
-def test_subagent_file_layout(tmp_path):
+def test_subagent_file_layout(tmp_path, shared_transcripts):
     """<session>/subagents/agent-<id>.jsonl: its own agent, the parent's session."""
     d = tmp_path / "-path-to-Demo" / "5c0375b4-57a5-4f26-b12d-d022ee4e51b7" / "subagents"
     d.mkdir(parents=True)
@@ -93,7 +94,7 @@ def test_subagent_file_layout(tmp_path):
     assert [e.kind for e in evs] == ["prompt", "text", "turn_end"]
 
 
-def test_sidechain_records_are_kept_apart_from_main():
+def test_sidechain_records_are_kept_apart_from_main(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "viewer-5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"))
     raw = raw_records(TRANSCRIPTS / "viewer-5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl")
     side_lines = {i + 1 for i, o in enumerate(raw) if o.get("isSidechain")}
@@ -102,7 +103,7 @@ def test_sidechain_records_are_kept_apart_from_main():
         assert (e.agent != "main") == (e.line_no in side_lines)
 
 
-def test_a_new_prompt_closes_an_open_turn():
+def test_a_new_prompt_closes_an_open_turn(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "spotter-tool_heavy.jsonl"))
     for i, e in enumerate(evs):
         if e.kind == "prompt" and i > 0 and evs[i - 1].kind not in ("turn_end",) and \
@@ -110,7 +111,7 @@ def test_a_new_prompt_closes_an_open_turn():
             pytest.fail(f"prompt at line {e.line_no} did not close the turn before it")
 
 
-def test_malformed_lines_are_skipped_and_counted(tmp_path):
+def test_malformed_lines_are_skipped_and_counted(tmp_path, shared_transcripts):
     src = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)
     bad = [b'{"type": "user", "message": \n', b"not json at all\n", b"[1, 2, 3]\n",
            b'{"type": "assistant", "message": "a string, not an object"}\n']
@@ -127,7 +128,7 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path):
     assert [(e.kind, e.text) for e in evs] == [(e.kind, e.text) for e in clean]
 
 
-def test_partial_last_line_is_not_an_event(tmp_path):
+def test_partial_last_line_is_not_an_event(tmp_path, shared_transcripts):
     lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)
     p = tmp_path / "s.jsonl"
     p.write_bytes(b"".join(lines[:4]) + lines[4][:40])
@@ -243,7 +244,7 @@ def test_codex_legacy_bare_items(tmp_path):
     assert {e.session for e in evs} == {SESSION}
 
 
-def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path):
+def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path, shared_transcripts):
     lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines()
     line = next(ln for ln in lines if T.parse_line(ln, T.new_state(tmp_path / "s.jsonl")))
     st = T.new_state(tmp_path / "s.jsonl")

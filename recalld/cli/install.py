@@ -1,4 +1,5 @@
-"""`recalld install|uninstall AGENT` and `recalld doctor`: a thin layer over recalld.install."""
+"""`recalld install|uninstall AGENT` and `recalld doctor`: a thin layer over recalld.install
+(the agents are recalld.agents' installable adapters)."""
 
 import importlib.util
 import json
@@ -84,12 +85,13 @@ def _agent_install_command(agent: str):
     @click.option("--json", "as_json", is_flag=True)
     def cmd(scope, cwd, command, no_mcp, daemon, force, dry_run, as_json):
         from recalld.install import plan as install
+        from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
             plan = install.plan_install(agent, scope, cwd, command, mcp=not no_mcp, force=force)
             records = [] if dry_run else install.apply(plan)
-        except (install.InstallError, OSError, ValueError) as e:
+        except (InstallError, OSError, ValueError) as e:
             raise _fail(str(e))
         autostart = None
         if daemon and not dry_run:
@@ -117,12 +119,13 @@ def _agent_uninstall_command(agent: str):
     @click.option("--json", "as_json", is_flag=True)
     def cmd(scope, cwd, dry_run, as_json):
         from recalld.install import plan as install
+        from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
             plan = install.plan_uninstall(agent, scope, cwd)
             records = [] if dry_run else install.apply(plan)
-        except (install.InstallError, OSError) as e:
+        except (InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
             echo_json(_plan_json(plan, records, dry_run))
@@ -136,7 +139,7 @@ def _agent_uninstall_command(agent: str):
 
 
 def register(cli):
-    from recalld.install.plan import AGENTS
+    from recalld.agents import INSTALL_NAMES
 
     @cli.group()
     def install():
@@ -146,7 +149,7 @@ def register(cli):
     def uninstall():
         """Take recalld out of an agent or a git repository again (exactly what install added)."""
 
-    for agent in AGENTS:
+    for agent in INSTALL_NAMES:
         install.add_command(_agent_install_command(agent))
         uninstall.add_command(_agent_uninstall_command(agent))
 
@@ -158,15 +161,16 @@ def register(cli):
     def install_git_hook(cwd, command, dry_run, as_json):
         """Add a pre-commit hook that offers `commit` notes and never blocks the commit.
         An existing pre-commit hook keeps running first, with its own exit status."""
-        from recalld.install import plan as lib
+        from recalld.install import githook, plan as lib
+        from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
-            plan = lib.plan_git_hook_install(cwd, command)
+            plan = githook.plan_git_hook_install(cwd, command)
             records = [] if dry_run else lib.apply(plan)
             if not dry_run:
                 lib.ensure_bytecode()
-        except (lib.InstallError, OSError) as e:
+        except (InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
             echo_json(_plan_json(plan, records, dry_run))
@@ -179,13 +183,14 @@ def register(cli):
     @click.option("--json", "as_json", is_flag=True)
     def uninstall_git_hook(cwd, dry_run, as_json):
         """Remove recalld's pre-commit hook (and put back the one it chained, if any)."""
-        from recalld.install import plan as lib
+        from recalld.install import githook, plan as lib
+        from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
-            plan = lib.plan_git_hook_uninstall(cwd)
+            plan = githook.plan_git_hook_uninstall(cwd)
             records = [] if dry_run else lib.apply(plan)
-        except (lib.InstallError, OSError) as e:
+        except (InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
             echo_json(_plan_json(plan, records, dry_run))
@@ -275,6 +280,12 @@ def _print_doctor(rep: dict) -> None:
                        f"`python3 -m compileall {b['package']}` fixes it")
         else:
             click.echo(f"\nbytecode: compiled ({b['hot_modules']} hook modules)")
+    c = rep.get("crystals")
+    if c:
+        from recalld.cli.crystals import trust_line
+
+        click.echo("\ncrystals: " + (c["error"] if c.get("error") else f"{c['dir']}: trusted, {c['crystals']} crystal(s)"
+                                     if c["state"] == "trusted" else trust_line(c)))
     h = rep.get("hook_run")
     if h:
         click.echo(f"\nhook run: {shlex.join(h['command'])}")

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recalld import agents
 from recalld.core import receipts
 from recalld.daemon import transcripts
 from recalld.core.redact import redact
@@ -38,14 +39,9 @@ WRITE_EVENTS = {"modified", "created", "moved", "closed"}  # watchdog event type
 
 
 def default_roots(cfg: "dict | None" = None) -> list:
-    """(path, agent) for every transcript root: Claude Code, Codex, then settings daemon.roots."""
-    home = Path(os.path.expanduser("~"))
-    claude = os.environ.get("CLAUDE_CONFIG_DIR")
-    codex = os.environ.get("CODEX_HOME")
-    roots = [
-        (Path(claude).expanduser() / "projects" if claude else home / ".claude" / "projects", "claude"),
-        (Path(codex).expanduser() / "sessions" if codex else home / ".codex" / "sessions", "codex"),
-    ]
+    """(path, agent) for every transcript root: each adapter's (recalld/agents/), then
+    settings daemon.roots."""
+    roots = [(Path(p), a.name) for a in agents.ADAPTERS for p in a.transcript_roots()]
     for extra in ((cfg or {}).get("daemon") or {}).get("roots") or []:
         if isinstance(extra, str) and extra.strip():
             roots.append((Path(extra).expanduser(), "custom"))
@@ -98,6 +94,9 @@ class Tailer:
         self.cursors: dict = {}
         self.dirty: set = set()
         self._pending: "list | None" = None  # inside poll_many: writes waiting for the batch
+        # Called before every write transaction; the daemon's check that the store's file is
+        # still the one self.conn opened (it may replace self.conn).
+        self.before_write = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stats = {"lines": 0, "bytes": 0, "events": 0, "malformed": 0, "truncated": 0,
@@ -167,11 +166,14 @@ class Tailer:
         if self._pending is not None:
             self._pending.append((path, rows, offset_row, counts))
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
+            if self.before_write is not None:
+                self.before_write()
+            self.conn.execute("BEGIN IMMEDIATE")
             self._insert(rows, offset_row)
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             # The cursor moved in memory only; reload it from the store on the next poll.
             self.cursors.pop(path, None)
             raise
@@ -184,6 +186,8 @@ class Tailer:
             return batch
         failed: dict = {}
         try:
+            if self.before_write is not None:
+                self.before_write()
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 for path, rows, offset_row, _ in pending:

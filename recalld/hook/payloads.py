@@ -1,35 +1,14 @@
 """Agent hook payloads -> one normalized HookInput (standard library only).
 
 Field names follow ../shared/reference/agent-hooks.md (Claude Code, Codex, Gemini CLI, git);
-the tests feed documented payloads, not shapes this module happens to expect.
+the tests feed documented payloads, not shapes this module happens to expect. Which agent sent
+a payload, what it calls the event, and which tool names are which act: the adapters in
+recalld/agents/ say.
 """
 
-EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop", "commit")
-AGENTS = ("claude", "codex", "gemini", "git")
+from recalld import agents
 
-# Each agent's own event name, used as hookSpecificOutput.hookEventName.
-NATIVE = {
-    "claude": {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit",
-               "pre-tool": "PreToolUse", "post-tool": "PostToolUse", "stop": "Stop"},
-    "codex": {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit",
-              "pre-tool": "PreToolUse", "post-tool": "PostToolUse", "stop": "Stop"},
-    "gemini": {"session-start": "SessionStart", "prompt-submit": "BeforeAgent",
-               "pre-tool": "BeforeTool", "post-tool": "AfterTool", "stop": "AfterAgent"},
-}
-GEMINI_EVENTS = {"BeforeAgent", "AfterAgent", "BeforeTool", "AfterTool", "BeforeModel",
-                 "AfterModel", "BeforeToolSelection", "PreCompress"}
-# Native events that mean the same as our event (SubagentStop is a stop).
-EVENT_OF_NATIVE = {
-    "SessionStart": "session-start", "UserPromptSubmit": "prompt-submit", "BeforeAgent": "prompt-submit",
-    "PreToolUse": "pre-tool", "BeforeTool": "pre-tool", "PostToolUse": "post-tool",
-    "AfterTool": "post-tool", "Stop": "stop", "SubagentStop": "stop", "AfterAgent": "stop",
-}
-
-BASH_TOOLS = {"bash", "shell", "exec_command", "local_shell", "run_shell_command", "container.exec",
-              "shell_command", "unified_exec"}
-WRITE_TOOLS = {"write", "edit", "multiedit", "notebookedit", "write_file", "replace", "apply_patch",
-               "edit_file", "create_file"}
-DELEGATE_TOOLS = {"task", "agent", "delegate", "spawn_agent"}
+EVENTS = agents.EVENTS
 
 MAX_ACT_TEXT = 20_000  # a 10 MB Write is matched on its head, not parsed whole
 
@@ -66,15 +45,6 @@ def _s(v) -> str:
     return v if isinstance(v, str) else ""
 
 
-def detect_agent(payload: dict) -> str:
-    name = payload.get("hook_event_name")
-    if name in GEMINI_EVENTS:
-        return "gemini"
-    if "turn_id" in payload:
-        return "codex"
-    return "claude"
-
-
 def _command_text(cmd) -> str:
     if isinstance(cmd, list):
         parts = [c for c in cmd if isinstance(c, str)]
@@ -89,9 +59,9 @@ def tool_act(tool_name: str, tool_input) -> tuple[str, str]:
     """(act, text a crystal matches against) for one tool call."""
     name = (tool_name or "").lower()
     ti = tool_input if isinstance(tool_input, dict) else {}
-    if name in BASH_TOOLS:
+    if name in agents.BASH_TOOLS:
         return "bash", _command_text(ti.get("command", ti.get("cmd")))[:MAX_ACT_TEXT]
-    if name in WRITE_TOOLS or name.startswith("mcp__") and "write" in name:
+    if name in agents.WRITE_TOOLS or name.startswith("mcp__") and "write" in name:
         path = _s(ti.get("file_path") or ti.get("path") or ti.get("notebook_path"))
         content = []
         for key in ("content", "new_string", "new_source", "input", "patch"):
@@ -102,7 +72,7 @@ def tool_act(tool_name: str, tool_input) -> tuple[str, str]:
         if not isinstance(tool_input, dict):
             content.append(_s(tool_input))
         return "write", (path + "\n" + "\n".join(c for c in content if c))[:MAX_ACT_TEXT]
-    if name in DELEGATE_TOOLS:
+    if name in agents.DELEGATE_TOOLS:
         brief = [_s(ti.get("description")), _s(ti.get("prompt")), _s(ti.get("subagent_type"))]
         return "delegate", "\n".join(b for b in brief if b)[:MAX_ACT_TEXT]
     return "tool", ""
@@ -119,8 +89,10 @@ def normalize(event: str, payload, agent: "str | None" = None) -> HookInput:
             raise BadInput(f"bad_field_type:{key}")
     if payload.get("tool_input") is not None and not isinstance(payload.get("tool_input"), dict):
         raise BadInput("bad_field_type:tool_input")
-    kind = agent if agent in AGENTS else ("git" if event == "commit" else detect_agent(payload))
-    native = _s(payload.get("hook_event_name")) or NATIVE.get(kind, {}).get(event)
+    # --agent names the agent; else the event (git's commit), else the payload's own marks.
+    adapter = agents.by_name(agent) or agents.owner_of_event(event) or agents.detect(payload)
+    kind = adapter.name
+    native = _s(payload.get("hook_event_name")) or adapter.native_event(event)
     hi = HookInput(
         event=event, agent_kind=kind, native_event=native or None,
         session=_s(payload.get("session_id")) or None, cwd=_s(payload.get("cwd")) or None,

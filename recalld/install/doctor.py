@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from recalld import __version__
-from recalld.install import plan as install
+from recalld.install import entries, githook, plan as install
 from recalld.core import paths, receipts
 
 PROBE_PROMPT = "recalld doctor: probe that recall runs before each prompt"
@@ -164,41 +164,60 @@ def _jsonable(v):
 
 def report(cwd=None, command=None, run_hook: bool = True) -> dict:
     cwd = str(Path(cwd or os.getcwd()).resolve())
-    prefix = install.parse_command(command)
+    prefix = entries.parse_command(command)
     out = {"version": __version__, "python": sys.executable, "command": prefix,
-           "command_warning": install.importable_without_path(prefix), "agents": [], "git_hook": None}
+           "command_warning": entries.importable_without_path(prefix), "agents": [], "git_hook": None}
     for agent in install.AGENTS:
         for scope in ("user", "project"):
             out["agents"].append(install.agent_status(agent, scope, cwd))
-    out["git_hook"] = install.git_hook_status(cwd)
+    out["git_hook"] = githook.git_hook_status(cwd)
     # The hook run goes before the state, so the state shows the receipt it left.
     out["hook_run"] = time_hook(prefix, cwd) if run_hook else None
     out["state"] = state()
     out["models"] = models()
     out["daemon"] = daemon()
     out["bytecode"] = bytecode()
+    out["crystals"] = crystal_trust(cwd)
     return out
 
 
-# The modules a hook process loads; each is recompiled on every run when its .pyc is missing.
-HOT_MODULES = ("entry", "hook", "payloads", "scope", "search", "textproc", "pack", "receipts", "db",
-               "migrations", "paths", "settings", "crystals", "crystal_source", "proposal_source", "drafts",
-               "redact", "autostart")
+def crystal_trust(cwd: str) -> "dict | None":
+    """The project's crystal folder and whether the hook may deliver it (crystals.trust_summary)."""
+    try:
+        from recalld.core import crystals, scope
+
+        return crystals.trust_summary(scope.resolve_project(cwd))
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def hot_modules() -> list:
+    """The hook's modules (recalld.HOT_PACKAGES, plus the entry point), as source paths: each
+    is recompiled on every run when its .pyc is missing."""
+    import recalld
+
+    pkg = Path(recalld.__file__).resolve().parent
+    files = [pkg / "__init__.py", pkg / "entry.py"]
+    for name in recalld.HOT_PACKAGES:
+        files += sorted((pkg / name).glob("*.py"))
+    return files
 
 
 def bytecode() -> dict:
     """Whether the hook's modules have current .pyc files (see install.ensure_bytecode)."""
-    pkg = Path(__file__).resolve().parent
+    import recalld
+
+    pkg = Path(recalld.__file__).resolve().parent
+    files = hot_modules()
     stale = []
-    for name in HOT_MODULES:
-        src = pkg / f"{name}.py"
+    for src in files:
         pyc = Path(importlib.util.cache_from_source(str(src)))
         try:
             if pyc.stat().st_mtime < src.stat().st_mtime:
-                stale.append(name)
+                stale.append(str(src.relative_to(pkg)))
         except OSError:
-            stale.append(name)
-    return {"package": str(pkg), "hot_modules": len(HOT_MODULES), "missing_or_stale": stale}
+            stale.append(str(src.relative_to(pkg)))
+    return {"package": str(pkg), "hot_modules": len(files), "missing_or_stale": stale}
 
 
 def _has(name: str) -> bool:
@@ -210,21 +229,21 @@ def _has(name: str) -> bool:
 
 def models() -> dict:
     """Which model file each role would use (resolution only: nothing is loaded)."""
-    if not _has("llm"):
+    if not _has("model.resolve"):
         return {"available": False}
     try:
-        llm = importlib.import_module("recalld.model.runtime")
+        llm = importlib.import_module("recalld.model.resolve")
         if callable(getattr(llm, "resolve", None)) and getattr(llm, "ROLES", None):
             return {"available": True, "status": {r: llm.resolve(r).as_dict() for r in llm.ROLES}}
     except Exception as e:
         return {"available": True, "error": f"{type(e).__name__}: {e}"}
-    return optional_module("llm", ("status",))
+    return optional_module("model.resolve", ("status",))
 
 
 def daemon() -> dict:
     """Is the daemon running (the kernel's flock says), is autostart on, its last status."""
-    if not _has("autostart"):
-        return optional_module("daemon", ("status",))
+    if not _has("hook.autostart"):
+        return optional_module("daemon.status", ("status",))
     try:
         from recalld.hook import autostart
         from recalld.core import settings
