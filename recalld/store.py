@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from recalld.core import receipts
 from recalld.core.db import StoreError
+from recalld.core.redact import redact
 from recalld.core.scope import SCOPES, Scope
 from recalld.core.textproc import Stemmer, aux_text
 
@@ -32,12 +33,47 @@ class WriteResult:
     memory: dict
     superseded: list = field(default_factory=list)
     similar: list = field(default_factory=list)
+    redacted: dict = field(default_factory=dict)  # kind -> count replaced by [REDACTED:kind]
+    secrets_kept: dict = field(default_factory=dict)  # kind -> count stored as written (allow_secrets)
 
     def as_dict(self) -> dict:
         """The one shape of a write's result, for `--json` and MCP alike: every record it changed
-        (the new memory first), the ids it superseded, and the related memories it only shows."""
+        (the new memory first), the ids it superseded, the related memories it only shows, and
+        what was redacted (kinds and counts, never the values)."""
         return {"id": self.memory["id"], "superseded": [m["id"] for m in self.superseded],
-                "changed": [self.memory, *self.superseded], "similar": self.similar}
+                "changed": [self.memory, *self.superseded], "similar": self.similar,
+                "redacted": self.redacted, "secrets_kept": self.secrets_kept}
+
+
+def describe_secrets(counts: dict) -> str:
+    """'aws-access-key 1, jwt 2': the kinds and counts of a redaction, never the values."""
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+def _redact_write(values: tuple, allow_secrets: bool) -> tuple:
+    """The strings a write stores from its caller (text, tell, thread, provenance), with secrets
+    replaced (the patterns the daemon applies to transcripts), or kept as written when the caller
+    passed allow_secrets. Returns (values, found: kind -> count, the change log's reason)."""
+    found: dict = {}
+    out = []
+    for value in values:
+        red, counts = redact(value) if isinstance(value, str) and value else (value, None)
+        for k, n in (counts or {}).items():
+            found[k] = found.get(k, 0) + n
+        out.append(value if allow_secrets else red)
+    if allow_secrets:
+        reason = "allow-secrets: " + (f"kept {describe_secrets(found)}" if found else "nothing detected")
+    else:
+        reason = f"redacted {describe_secrets(found)}" if found else None
+    return tuple(out), found, reason
+
+
+def _result_secrets(res: "WriteResult", found: dict, allow_secrets: bool) -> "WriteResult":
+    if allow_secrets:
+        res.secrets_kept = found
+    else:
+        res.redacted = found
+    return res
 
 
 def parse_id(value) -> int:
@@ -61,11 +97,17 @@ def _public(row) -> dict:
 
 
 def visible(mem: dict, sc: Scope) -> bool:
-    if mem["scope"] == "shared":
-        return True
-    if mem["project"] != sc.project:
-        return False
-    return mem["scope"] == "project" or mem["agent"] == sc.agent
+    return sc.sees(mem["scope"], mem["project"], mem["agent"])
+
+
+def _readable(conn: sqlite3.Connection, mid: int, sc: Scope) -> dict:
+    """The memory `mid` if `sc` may read it (current or not). One that exists but is not
+    readable is reported exactly like a missing one: ids are sequential, so a different
+    answer would let any caller map every project's and agent's memories."""
+    m = get(conn, mid)
+    if m is None or not visible(m, sc):
+        raise StoreError(f"m{mid} does not exist")
+    return m
 
 
 def _validate_thread(thread) -> "str | None":
@@ -126,25 +168,33 @@ def similar(conn: sqlite3.Connection, text: str, sc: Scope, *, exclude=(), limit
 def remember(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "project",
              kind: str = "fact", tell: "str | None" = None, always: bool = False,
              supersedes=(), session: "str | None" = None, source: str = "cli",
-             thread: "str | None" = None, check_similar: bool = True) -> WriteResult:
+             thread: "str | None" = None, check_similar: bool = True,
+             allow_secrets: bool = False) -> WriteResult:
     """Write one memory. `thread` names the conversation or line of work it continues: it then
     follows the thread's previous memory in this project, and search reads it with that one's
-    words (docs/architecture.md, "Threads")."""
+    words (docs/architecture.md, "Threads"). Secrets in the text, tell and thread are replaced
+    by `[REDACTED:kind]` unless `allow_secrets`, which the memory's change log records."""
     text, tell = _validate(text, kind, scope, tell)
     thread = _validate_thread(thread)
+    (text, tell, thread, session, source), found, reason = _redact_write((text, tell, thread, session, source),
+                                                                         allow_secrets)
     old_ids = [parse_id(s) for s in supersedes]
     aux, terms = _index_terms(conn, text, tell)
+    # Looked up before the write, not after: a read that fails (a damaged page) then fails the
+    # command with nothing written, instead of after a write the user is told did not happen.
+    near = similar(conn, text, sc, exclude=set(old_ids)) if check_similar else []
     conn.execute("BEGIN IMMEDIATE")
     try:
         new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                                thread=thread)
+                                thread=thread, reason=reason)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    result = WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids])
-    if check_similar:
-        result.similar = similar(conn, text, sc, exclude={new_id, *old_ids})
+    result = _result_secrets(WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids]),
+                             found, allow_secrets)
+    result.similar = near
     return result
 
 
@@ -157,10 +207,13 @@ def remember_in_transaction(conn: sqlite3.Connection, text: str, sc: Scope, *, s
     if not conn.in_transaction:
         raise StoreError("remember_in_transaction needs the caller's open transaction")
     text, tell = _validate(text, kind, scope, tell)
+    (text, tell, session), found, reason = _redact_write((text, tell, session), False)
     old_ids = [parse_id(s) for s in supersedes]
     aux, terms = _index_terms(conn, text, tell)
-    new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms)
-    return WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids])
+    new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
+                            reason=reason)
+    return _result_secrets(WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids]),
+                           found, False)
 
 
 def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
@@ -171,14 +224,10 @@ def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
 
 
 def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                   action: str = "created", thread: "str | None" = None) -> int:
+                   action: str = "created", thread: "str | None" = None, reason: "str | None" = None) -> int:
     """The rows of one write; the caller holds the transaction."""
     for oid in old_ids:
-        old = get(conn, oid)
-        if old is None:
-            raise StoreError(f"m{oid} does not exist")
-        if not visible(old, sc):
-            raise StoreError(f"m{oid} is not in this scope (project {sc.project}, agent {sc.agent})")
+        old = _readable(conn, oid, sc)
         if old["invalid_at"] is not None:
             raise StoreError(f"m{oid} is already invalid since {old['invalid_at']}"
                                + (f" (superseded by m{old['superseded_by']})" if old["superseded_by"] else ""))
@@ -193,8 +242,8 @@ def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, 
         (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms,
          thread, follows))
     new_id = cur.lastrowid
-    conn.execute("INSERT INTO memory_changes (time, memory_id, action, session) VALUES (?,?,?,?)",
-                 (now, new_id, action, session))
+    conn.execute("INSERT INTO memory_changes (time, memory_id, action, reason, session) VALUES (?,?,?,?,?)",
+                 (now, new_id, action, reason, session))
     for oid in old_ids:
         conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
                      (now, new_id, f"superseded by m{new_id}", oid))
@@ -210,11 +259,7 @@ def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | 
         raise StoreError("retract needs a reason (--why)")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        old = get(conn, mid)
-        if old is None:
-            raise StoreError(f"m{mid} does not exist")
-        if not visible(old, sc):
-            raise StoreError(f"m{mid} is not in this scope (project {sc.project}, agent {sc.agent})")
+        old = _readable(conn, mid, sc)
         if old["invalid_at"] is not None:
             raise StoreError(f"m{mid} is already invalid since {old['invalid_at']}")
         now = receipts.now_iso()
@@ -223,29 +268,33 @@ def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | 
                      (now, mid, "retracted", why, session))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     return get(conn, mid)
 
 
-def history(conn: sqlite3.Connection, mid) -> list[dict]:
-    """Every memory connected to `mid` by supersession (both directions), oldest first, each
-    with its append-only change log."""
+def history(conn: sqlite3.Connection, mid, sc: Scope) -> list[dict]:
+    """Every memory connected to `mid` by supersession (both directions) that `sc` may read,
+    oldest first, each with its append-only change log. The walk does not pass through a
+    memory `sc` may not read, so the chain holds only what the caller could read on its own."""
     mid = parse_id(mid)
-    if get(conn, mid) is None:
-        raise StoreError(f"m{mid} does not exist")
-    seen, todo = set(), [mid]
+    _readable(conn, mid, sc)
+    seen, chain_ids, todo = set(), [], [mid]
     while todo:
         cur = todo.pop()
         if cur in seen:
             continue
         seen.add(cur)
-        row = conn.execute("SELECT superseded_by FROM memories WHERE id = ?", (cur,)).fetchone()
-        if row and row[0]:
-            todo.append(row[0])
+        m = get(conn, cur)
+        if m is None or not visible(m, sc):
+            continue
+        chain_ids.append(cur)
+        if m["superseded_by"]:
+            todo.append(m["superseded_by"])
         todo.extend(r[0] for r in conn.execute("SELECT id FROM memories WHERE superseded_by = ?", (cur,)))
     chain = []
-    for m_id in sorted(seen):
+    for m_id in sorted(chain_ids):
         m = get(conn, m_id)
         m["changes"] = [dict(r) for r in conn.execute(
             "SELECT time, action, other_id, reason FROM memory_changes WHERE memory_id = ? ORDER BY id", (m_id,))]
@@ -256,8 +305,10 @@ def history(conn: sqlite3.Connection, mid) -> list[dict]:
 IMPORT_FIELDS = {"text", "scope", "kind", "tell", "always", "supersedes", "session", "source", "cwd", "thread"}
 
 
-def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: str = "import") -> list[WriteResult]:
-    """Validate every line first, then write them all in one transaction: nothing half-written."""
+def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: str = "import",
+                 allow_secrets: bool = False) -> list[WriteResult]:
+    """Validate every line first, then write them all in one transaction: nothing half-written.
+    Each line is redacted as remember() redacts (unless `allow_secrets`)."""
     from recalld.core import scope as scope_mod
 
     parsed = []
@@ -281,23 +332,27 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
             obj["thread"] = _validate_thread(obj.get("thread"))
         except StoreError as e:
             raise StoreError(f"line {n}: {e}")
-        parsed.append((n, obj, text, tell, sc, sup))
+        (text, tell, obj["thread"], obj["session"], obj["source"]), found, reason = _redact_write(
+            (text, tell, obj["thread"], obj.get("session"), obj.get("source")), allow_secrets)
+        parsed.append((n, obj, text, tell, sc, sup, found, reason))
     stemmer = Stemmer(conn)
-    rows = [(n, obj, text, tell, sc, sup, *_index_terms(conn, text, tell, stemmer))
-            for n, obj, text, tell, sc, sup in parsed]
+    rows = [(n, obj, text, tell, sc, sup, found, reason, *_index_terms(conn, text, tell, stemmer))
+            for n, obj, text, tell, sc, sup, found, reason in parsed]
     results = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for n, obj, text, tell, sc, sup, aux, terms in rows:
+        for n, obj, text, tell, sc, sup, found, reason, aux, terms in rows:
             try:
                 nid = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
                                      obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
-                                     aux, terms, action="imported", thread=obj["thread"])
+                                     aux, terms, action="imported", thread=obj["thread"], reason=reason)
             except StoreError as e:
                 raise StoreError(f"line {n}: {e}") from None
-            results.append((nid, sup))
+            results.append((nid, sup, found))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    return [WriteResult(memory=get(conn, nid), superseded=[get(conn, o) for o in sup]) for nid, sup in results]
+    return [_result_secrets(WriteResult(memory=get(conn, nid), superseded=[get(conn, o) for o in sup]), found,
+                            allow_secrets) for nid, sup, found in results]

@@ -3,7 +3,7 @@ JSON that scripts can rely on, receipts readable from the database and the fallb
 
 import json
 
-from tests.conftest import run_recalld
+from tests.helpers import run_recalld
 
 
 def ok(args, **kw):
@@ -51,10 +51,10 @@ def test_history_and_retract(home, project):
     c = json.loads(ok(["remember", "CI caches wheels.", "--thread", "ci", "--cwd", str(project), "--json"]))
     d = json.loads(ok(["remember", "CI wheels expire weekly.", "--thread", "ci", "--cwd", str(project), "--json"]))
     assert d["changed"][0]["thread"] == "ci" and d["changed"][0]["follows"] == c["id"]
-    out = ok(["history", f"m{a}"])
+    out = ok(["history", f"m{a}", "--cwd", str(project)])
     assert f"m{a}" in out and f"superseded by m{b}" in out and "created" in out
     ok(["retract", str(b), "--why", "CI moved again", "--cwd", str(project)])
-    chain = json.loads(ok(["history", str(b), "--json"]))
+    chain = json.loads(ok(["history", str(b), "--cwd", str(project), "--json"]))
     assert chain[-1]["invalid_reason"] == "CI moved again"
 
 

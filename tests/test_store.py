@@ -33,7 +33,7 @@ def test_supersede_marks_links_and_hides(conn, sc):
     assert sup["invalid_at"] == new.memory["valid_from"]
     assert sup["superseded_by"] == new.memory["id"]
     assert [h.id for h in search(conn, "deploys jenkins pipeline", sc, limit=10)] == [new.memory["id"]]
-    chain = store.history(conn, old["id"])
+    chain = store.history(conn, old["id"], sc)
     assert [m["id"] for m in chain] == [old["id"], new.memory["id"]]
     assert [c["action"] for c in chain[0]["changes"]] == ["created", "superseded"]
     # still there, never deleted
@@ -47,7 +47,8 @@ def test_cannot_supersede_twice_or_out_of_scope(conn, sc, tmp_path):
         store.remember(conn, "alpha fact v3", sc, supersedes=[a["id"]], check_similar=False)
     other = scope.Scope(str(tmp_path / "elsewhere"), "main")
     b = store.remember(conn, "beta fact", sc, check_similar=False).memory
-    with pytest.raises(store.StoreError, match="not in this scope"):
+    # out of scope reads exactly like missing: existence does not leak
+    with pytest.raises(store.StoreError, match=f"^m{b['id']} does not exist$"):
         store.remember(conn, "beta fact from elsewhere", other, supersedes=[b["id"]], check_similar=False)
     with pytest.raises(store.StoreError, match="does not exist"):
         store.remember(conn, "gamma", sc, supersedes=[9999], check_similar=False)
@@ -119,7 +120,7 @@ def test_import_supersedes_and_names_the_failing_line(conn, sc):
     assert res[0].superseded[0]["superseded_by"] == res[0].memory["id"]
     with pytest.raises(store.StoreError, match="line 3: m.* already invalid"):
         store.import_jsonl(conn, ['{"text": "fine"}', "", f'{{"text": "again", "supersedes": [{a["id"]}]}}'], sc)
-    assert [c["action"] for c in store.history(conn, a["id"])[1]["changes"]] == ["imported"]
+    assert [c["action"] for c in store.history(conn, a["id"], sc)[1]["changes"]] == ["imported"]
 
 
 def test_threads_link_each_memory_to_the_previous_one_in_its_project(conn, sc, tmp_path):
@@ -151,3 +152,28 @@ def test_bad_threads_are_clear_errors_and_write_nothing(conn, sc):
     with pytest.raises(store.StoreError, match="thread name is 201 characters"):
         store.remember(conn, "fine", sc, thread="x" * 201, check_similar=False)
     assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == before
+
+
+def test_every_field_a_write_stores_is_redacted_and_logged(conn, sc):
+    key = "ghp_" + "Q7" * 18
+    res = store.remember(conn, f"CI reads {key} for tags.", sc, tell=f"tag token {key}", thread=f"ci {key}",
+                         session=f"s {key}", source=f"cli {key}", check_similar=False)
+    assert res.redacted == {"github-token": 5} and res.secrets_kept == {}
+    assert res.as_dict()["redacted"] == {"github-token": 5}
+    row = conn.execute("SELECT * FROM memories WHERE id = ?", (res.memory["id"],)).fetchone()
+    assert not any(key in str(v) for v in tuple(row))
+    assert [c["reason"] for c in store.history(conn, res.memory["id"], sc)[0]["changes"]] == ["redacted github-token 5"]
+    kept = store.remember(conn, f"CI reads {key} for tags.", sc, allow_secrets=True, check_similar=False)
+    assert kept.memory["text"] == f"CI reads {key} for tags." and kept.secrets_kept == {"github-token": 1}
+    assert [c["reason"] for c in store.history(conn, kept.memory["id"], sc)[0]["changes"]] == [
+        "allow-secrets: kept github-token 1"]
+    plain = store.remember(conn, "Tags are cut from main only.", sc, allow_secrets=True, check_similar=False)
+    assert plain.secrets_kept == {} and store.history(conn, plain.memory["id"], sc)[0]["changes"][0]["reason"] == (
+        "allow-secrets: nothing detected")
+
+
+def test_a_write_inside_the_callers_transaction_is_redacted_too(conn, sc):
+    conn.execute("BEGIN IMMEDIATE")
+    res = store.remember_in_transaction(conn, "The webhook is https://hooks.slack.com/services/T0/B0/abcdef123", sc)
+    conn.execute("COMMIT")
+    assert "abcdef123" not in res.memory["text"] and res.redacted == {"slack-webhook": 1}

@@ -34,9 +34,10 @@ class Decision:
     memory: "dict | None" = None  # approval: the memory written
     superseded: list = None  # approval: memories it superseded
     similar: list = None  # approval: current memories that look related (printed, not applied)
+    redacted: dict = None  # kind -> count of secrets replaced in what this transition stored
 
     def as_dict(self) -> dict:
-        out = {"proposal": self.proposal, "event": self.event}
+        out = {"proposal": self.proposal, "event": self.event, "redacted": self.redacted or {}}
         if self.memory is not None:
             out["memory"] = self.memory
             out["superseded"] = self.superseded or []
@@ -113,11 +114,15 @@ def _insert_event(conn, pid: int, from_state: str, to_state: str, *, actor, sess
     return dict(conn.execute("SELECT * FROM proposal_events WHERE id = ?", (cur.lastrowid,)).fetchone())
 
 
-def _clean(value: "str | None") -> "str | None":
-    """Agents' own words are redacted too: a secret never reaches the store by this path."""
+def _clean(value: "str | None", found: dict) -> "str | None":
+    """Agents' own words are redacted too: a secret never reaches the store by this path.
+    What was replaced is counted into `found` (kind -> count)."""
     if value is None:
         return None
-    return policies.redact(" ".join(str(value).split()))[0] or None
+    red, counts = policies.redact(" ".join(str(value).split()))
+    for k, n in counts.items():
+        found[k] = found.get(k, 0) + n
+    return red or None
 
 
 def _transition(conn, pid, verb: str, body) -> Decision:
@@ -129,13 +134,16 @@ def _transition(conn, pid, verb: str, body) -> Decision:
         decision = body(p)
         conn.execute("COMMIT")
     except sqlite3.IntegrityError as e:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise ProposalError(f"cannot {verb} p{pid}: {e}; nothing changed") from None
     except store.StoreError as e:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise ProposalError(f"cannot {verb} p{pid}: {e}") from None
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     decision.proposal = get(conn, pid)
     return decision
@@ -155,12 +163,15 @@ def approve(conn: sqlite3.Connection, pid, *, scope: "str | None" = None, kind: 
         k, sc_name = kind or eff["kind"], scope or eff["scope"] or "project"
         # The draft's own project and agent: the scope the hook resolved for that session.
         sc = Scope(project=p["project"], agent=p["agent"])
+        # The store's write redacts the text and tell (drafts and edits were redacted already;
+        # this holds for a draft row written by anything else).
         res = store.remember_in_transaction(
-            conn, policies.redact(eff["text"])[0], sc, scope=sc_name, kind=k, tell=eff["tell"],
+            conn, eff["text"], sc, scope=sc_name, kind=k, tell=eff["tell"],
             supersedes=supersedes, session=session or p["session"], source=f"proposal:p{p['id']}")
-        ev = _insert_event(conn, p["id"], p["state"], "approved", actor=actor, session=session,
+        ev = _insert_event(conn, p["id"], p["state"], "approved", actor=actor, session=_clean(session, {}),
                            memory_id=res.memory["id"], kind=k, scope=sc_name)
-        return Decision(proposal=p, event=ev, memory=res.memory, superseded=res.superseded)
+        return Decision(proposal=p, event=ev, memory=res.memory, superseded=res.superseded,
+                        redacted=res.redacted)
 
     d = _transition(conn, pid, "approve", body)
     if check_similar:
@@ -174,7 +185,8 @@ def edit(conn: sqlite3.Connection, pid, *, text: "str | None" = None, kind: "str
          scope: "str | None" = None, tell: "str | None" = None, reason: "str | None" = None,
          actor: str = "cli", session: "str | None" = None) -> Decision:
     """Change what approval would write (the draft row itself is never rewritten)."""
-    text, tell, reason = _clean(text), _clean(tell), _clean(reason)
+    found: dict = {}
+    text, tell, reason, session = _clean(text, found), _clean(tell, found), _clean(reason, found), _clean(session, found)
     if text is None and kind is None and scope is None and tell is None:
         raise ProposalError("edit needs at least one of --text, --kind, --scope, --tell")
     if text is not None and len(text) > store.MAX_TEXT:
@@ -189,19 +201,20 @@ def edit(conn: sqlite3.Connection, pid, *, text: "str | None" = None, kind: "str
     def body(p):
         ev = _insert_event(conn, p["id"], p["state"], "edited", actor=actor, session=session, reason=reason,
                            text=text, kind=kind, scope=scope, tell=tell)
-        return Decision(proposal=p, event=ev)
+        return Decision(proposal=p, event=ev, redacted=found)
 
     return _transition(conn, pid, "edit", body)
 
 
 def reject(conn: sqlite3.Connection, pid, reason: str, *, actor: str = "cli",
            session: "str | None" = None) -> Decision:
-    reason = _clean(reason)
+    found: dict = {}
+    reason, session = _clean(reason, found), _clean(session, found)
     if not reason:
         raise ProposalError("reject needs a reason (--reason): it is how the proposer's misses are studied")
 
     def body(p):
         ev = _insert_event(conn, p["id"], p["state"], "rejected", actor=actor, session=session, reason=reason)
-        return Decision(proposal=p, event=ev)
+        return Decision(proposal=p, event=ev, redacted=found)
 
     return _transition(conn, pid, "reject", body)

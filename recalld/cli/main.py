@@ -6,6 +6,7 @@ crystals, install and bench commands live in their own modules of this package, 
 `register(cli)`, and are wired by the explicit COMMAND_MODULES list at the bottom.
 """
 
+import errno
 import json
 import os
 import sqlite3
@@ -14,11 +15,26 @@ import sys
 import click
 
 from recalld import __version__, store
-from recalld.cli.common import Fail, echo_json, fmt_memory, open_db, resolve_scope
+from recalld.cli.common import Fail, echo_json, explain, fmt_memory, open_db, resolve_scope
 from recalld.core import db, paths, receipts, scope
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Turns a store or file-system failure anywhere in a command into the one-line Fail (the
+    specific cases are worded in common.explain); a broken pipe stays click's."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except sqlite3.Error as e:
+            raise Fail(explain(e)) from None
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            raise Fail(explain(e)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="recalld")
 def cli():
     """recalld: involuntary recall for coding agents.
@@ -38,19 +54,24 @@ def cli():
 @click.option("--session", help="Session id, for provenance.")
 @click.option("--thread", help="The conversation or line of work this continues: search reads it with the "
               "thread's previous memory.")
+@click.option("--allow-secrets", is_flag=True, help="Store keys, tokens and passwords as written instead of "
+              "[REDACTED:kind] (recorded in the memory's change log).")
 @click.option("--json", "as_json", is_flag=True)
-def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, thread, as_json):
-    """Commit a memory. Returns once it is on disk and prints every record it changed."""
+def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, thread, allow_secrets, as_json):
+    """Commit a memory. Returns once it is on disk and prints every record it changed. Secrets
+    in it are redacted unless --allow-secrets."""
     conn = open_db()
     try:
         res = store.remember(conn, text, resolve_scope(cwd), scope=scope_name, kind=kind, tell=tell,
-                             always=always, supersedes=supersedes, session=session, thread=thread)
+                             always=always, supersedes=supersedes, session=session, thread=thread,
+                             allow_secrets=allow_secrets)
     except store.StoreError as e:
         raise Fail(str(e))
     if as_json:
         echo_json(res.as_dict())
         return
     click.echo(f"remembered {fmt_memory(res.memory)}")
+    _echo_secrets(res.redacted, res.secrets_kept)
     for m in res.superseded:
         click.echo(f"superseded {fmt_memory(m)}")
     if res.similar:
@@ -69,7 +90,7 @@ def search(query, limit, cwd, floor, as_json):
     """Search current memories this project and agent may see."""
     from recalld.core.search import search as run_search
 
-    conn = open_db()
+    conn = open_db(reading=True)
     hits = run_search(conn, query, resolve_scope(cwd), limit=limit, floor=floor)
     if as_json:
         echo_json([h.as_dict() for h in hits])
@@ -83,12 +104,14 @@ def search(query, limit, cwd, floor, as_json):
 
 @cli.command()
 @click.argument("memory_id")
+@click.option("--cwd", type=click.Path(file_okay=False), help="Read as this project (default: current directory).")
 @click.option("--json", "as_json", is_flag=True)
-def history(memory_id, as_json):
-    """Show a memory's supersession chain and every change to it."""
-    conn = open_db()
+def history(memory_id, cwd, as_json):
+    """Show a memory's supersession chain and every change to it (the memories this project
+    and agent may read)."""
+    conn = open_db(reading=True)
     try:
-        chain = store.history(conn, memory_id)
+        chain = store.history(conn, memory_id, resolve_scope(cwd))
     except store.StoreError as e:
         raise Fail(str(e))
     if as_json:
@@ -120,22 +143,44 @@ def retract(memory_id, why, cwd, as_json):
         click.echo(f"retracted {fmt_memory(m)}")
 
 
+def _sum_counts(dicts) -> dict:
+    out: dict = {}
+    for d in dicts:
+        for k, n in d.items():
+            out[k] = out.get(k, 0) + n
+    return out
+
+
+def _echo_secrets(redacted: dict, kept: dict) -> None:
+    """Say what was redacted or kept: kinds and counts, never the values."""
+    if redacted:
+        click.echo(f"redacted before storing: {store.describe_secrets(redacted)} "
+                   "(stored as [REDACTED:kind]; --allow-secrets keeps them)")
+    if kept:
+        click.echo(f"secrets stored as written (--allow-secrets, in the change log): {store.describe_secrets(kept)}")
+
+
 @cli.command(name="import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @click.option("--cwd", type=click.Path(file_okay=False), help="Default project for lines without a cwd.")
+@click.option("--allow-secrets", is_flag=True, help="Store keys, tokens and passwords as written instead of "
+              "[REDACTED:kind] (recorded in each memory's change log).")
 @click.option("--json", "as_json", is_flag=True)
-def import_(file, cwd, as_json):
-    """Bulk-load memories from JSONL (the fields of `remember`). All or nothing."""
+def import_(file, cwd, allow_secrets, as_json):
+    """Bulk-load memories from JSONL (the fields of `remember`). All or nothing. Secrets are
+    redacted unless --allow-secrets."""
     conn = open_db()
     try:
-        results = store.import_jsonl(conn, file, resolve_scope(cwd))
+        results = store.import_jsonl(conn, file, resolve_scope(cwd), allow_secrets=allow_secrets)
     except store.StoreError as e:
         raise Fail(f"nothing imported: {e}")
     if as_json:
-        echo_json([{"id": r.memory["id"], "superseded": [m["id"] for m in r.superseded]} for r in results])
+        echo_json([{"id": r.memory["id"], "superseded": [m["id"] for m in r.superseded], "redacted": r.redacted,
+                    "secrets_kept": r.secrets_kept} for r in results])
     else:
         click.echo(f"imported {len(results)} memories (m{results[0].memory['id']}..m{results[-1].memory['id']})"
                    if results else "imported 0 memories")
+        _echo_secrets(_sum_counts(r.redacted for r in results), _sum_counts(r.secrets_kept for r in results))
 
 
 @cli.command(name="receipts")
@@ -150,10 +195,11 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
     conn = None
     if os.path.exists(paths.db_path()):
         try:
-            conn = db.connect(readonly=True)
+            conn = open_db(readonly=True)  # a store that cannot be written is still read
             conn.execute("SELECT 1 FROM receipts LIMIT 1")
-        except sqlite3.Error as e:
-            click.echo(f"recalld: database unreadable ({e}); showing fallback receipts only", err=True)
+        except (Fail, sqlite3.Error) as e:
+            click.echo(f"recalld: database unreadable ({getattr(e, 'message', e)}); showing fallback receipts only",
+                       err=True)
             conn = None
     recs = receipts.read(conn, session=session, hook=hook, source=source,
                          limit=None if summary else (limit or (None if as_json else 20)))
@@ -199,11 +245,14 @@ def hook(event, agent, deadline_ms):
 
 
 @cli.command()
-def mcp():
+@click.option("--project", "--cwd", "root", type=click.Path(exists=True, file_okay=False),
+              help="The project to serve (default: the current directory at start). Tools may name a cwd "
+              "inside it, never another project.")
+def mcp(root):
     """Serve search, remember, history, retract (and more) as MCP tools over stdio."""
     from recalld.mcp import serve
 
-    serve()
+    serve(root)
 
 
 @cli.group()
@@ -215,38 +264,48 @@ def config():
 def config_show():
     from recalld.core import settings
 
-    echo_json(settings.load())
+    fell_back: list = []
+    cfg = settings.load(fell_back)
+    for key in fell_back:  # stderr, so the JSON on stdout stays parseable
+        if key == "settings.json":
+            click.echo(f"recalld: {paths.settings_path()} is not a readable JSON object; using the defaults", err=True)
+        elif key == "RECALLD_DEADLINE_MS":
+            click.echo(f"recalld: RECALLD_DEADLINE_MS is not {settings.expected('deadline_ms', 0)}; ignored", err=True)
+        else:
+            click.echo(f"recalld: {key} in settings.json is not valid; using the default", err=True)
+    echo_json(cfg)
 
 
 @config.command("set")
 @click.argument("key")
 @click.argument("value")
 def config_set(key, value):
-    """Set KEY (dotted, e.g. judge.threshold) to VALUE (parsed as JSON when it parses)."""
+    """Set KEY (dotted, e.g. judge.threshold) to VALUE (parsed as JSON when it parses). A value
+    of the wrong type or out of range is refused, naming what KEY takes."""
     from recalld.core import settings
 
     try:
         parsed = json.loads(value)
     except ValueError:
         parsed = value
+    parsed, err = settings.check(key, parsed)
+    if err:
+        raise Fail(f"not set: {err}")
     over = settings.load_overrides()
     node = over
     parts = key.split(".")
-    probe = settings.DEFAULTS
-    for p in parts:
-        if not isinstance(probe, dict) or p not in probe:
-            raise Fail(f"unknown setting {key!r}")
-        probe = probe[p]
     for p in parts[:-1]:
-        node = node.setdefault(p, {})
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
     node[parts[-1]] = parsed
     settings.save(over)
     click.echo(f"{key} = {json.dumps(parsed)}")
 
 
 # Every command module, listed where it is wired (no discovery by scanning).
-from recalld.cli import bench, crystals, daemon, install, judge, models, proposals  # noqa: E402
+from recalld.cli import bench, crystals, daemon, export, install, judge, models, proposals  # noqa: E402
 
-COMMAND_MODULES = (bench, crystals, daemon, install, judge, models, proposals)
+COMMAND_MODULES = (bench, crystals, daemon, export, install, judge, models, proposals)
 for _mod in COMMAND_MODULES:
     _mod.register(cli)

@@ -1,4 +1,11 @@
-"""Settings: defaults overlaid by RECALLD_HOME/settings.json (standard library only)."""
+"""Settings: defaults overlaid by RECALLD_HOME/settings.json (standard library only).
+
+Every value is checked against RULES, on write (`recalld config set` refuses a bad one) and on
+read: the hook reads settings on every run, and one bad value (a string for a number, a null,
+`deadline_ms: 0`, which would switch the deadline off) used to make every hook fail before it
+could write a receipt. A bad value now falls back to its default, and load() names the keys
+that fell back so the hook's receipt can say so (`detail.settings_fallback`).
+"""
 
 import copy
 import json
@@ -25,7 +32,7 @@ DEFAULTS: dict = {
     "receipt_hash": False,
     # the background pass
     # judge.threshold: query-likelihood gain per need token (recalld.judge), calibrated for the
-    # embedded SmolLM2-135M on the LoCoMo dev split by benchmarks/bench_judge.py (docs/judge.md);
+    # embedded SmolLM2-135M on the LoCoMo dev split by recalld/bench/judge.py (docs/judge.md);
     # max_pass: at most this many candidates pass per need (in recalld.rerank's order: the judge
     # gates, the re-ranked order chooses)
     "judge": {"threshold": 1.3, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
@@ -47,31 +54,151 @@ DEFAULTS: dict = {
 }
 
 
-def load() -> dict:
+# What a setting may hold, by dotted key: (type, low, high), the range inclusive. Types: "int",
+# "number" (int or float), "bool", "str", "str?" (a string or null), "str-list". A key of
+# DEFAULTS not listed here takes its default's type, with no range.
+RULES: dict = {
+    "budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "item_cap_chars": ("int", 1, AGENT_OUTPUT_CAP),
+    "max_results": ("int", 1, 100), "floor": ("number", 0, 1),
+    "boot_budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "tool_budget_chars": ("int", 0, AGENT_OUTPUT_CAP),
+    # at least 1: 0 would switch the hook's deadline off (setitimer(0) disarms the timer)
+    "deadline_ms": ("int", 1, 60_000),
+    "judge.threshold": ("number", -100, 100), "judge.max_candidates": ("int", 1, 50),
+    "judge.max_pass": ("int", 0, 10), "judge.timeout_s": ("number", 0.1, 600),
+    "queue.expire_steps": ("int", 1, 1000), "queue.expire_minutes": ("number", 0, 10_080),
+    "models.judge": ("str?", None, None), "models.proposer": ("str?", None, None),
+    "proposals.max_drafts": ("int", 0, 20), "proposals.min_chars": ("int", 0, 10_000),
+    "proposals.min_words": ("int", 0, 1000), "proposals.max_chars": ("int", 1, 10_000),
+    "proposals.min_confidence": ("number", 0, 1), "proposals.duplicate_ratio": ("number", 0, 100),
+    "proposals.min_grounding": ("number", 0, 1), "proposals.window_chars": ("int", 100, 200_000),
+    "proposals.max_tokens": ("int", 1, 4096), "proposals.timeout_s": ("number", 0.1, 3600),
+    "proposals.show_times": ("int", 0, 100), "proposals.show_max": ("int", 0, 100),
+    "daemon.roots": ("str-list", None, None), "daemon.recent_days": ("number", 0, 3650),
+    "daemon.rescan_s": ("number", 1, 86_400), "daemon.poll_s": ("number", 0.05, 3600),
+    "daemon.live_s": ("number", 0, 86_400), "daemon.debounce_s": ("number", 0, 60),
+    "daemon.max_wait_s": ("number", 0, 600), "daemon.min_pass_interval_s": ("number", 0, 3600),
+    "daemon.max_passes_per_minute": ("int", 0, 600), "daemon.need_window": ("int", 1, 1000),
+    "daemon.need_max_chars": ("int", 1, 100_000), "daemon.load_allowance_s": ("number", 0, 3600),
+}
+_TYPE_WORDS = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
+               "str?": "a string or null", "str-list": "a list of strings"}
+
+
+def _rule(key: str, default) -> tuple:
+    rule = RULES.get(key)
+    if rule is not None:
+        return rule
+    if isinstance(default, bool):
+        return ("bool", None, None)
+    if isinstance(default, int):
+        return ("int", None, None)
+    if isinstance(default, float):
+        return ("number", None, None)
+    if isinstance(default, list):
+        return ("str-list", None, None)
+    return ("str?" if default is None else "str", None, None)
+
+
+def expected(key: str, default) -> str:
+    """'an integer 1..60000': what `key` may hold, for error messages."""
+    kind, lo, hi = _rule(key, default)
+    words = _TYPE_WORDS[kind]
+    return f"{words} {lo}..{hi}" if lo is not None else words
+
+
+def _checked(key: str, value, default) -> tuple:
+    """(ok, value) for one leaf setting; an integral float for an int setting becomes an int."""
+    kind, lo, hi = _rule(key, default)
+    if kind == "bool":
+        return isinstance(value, bool), value
+    if kind in ("int", "number"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return False, value  # bool is an int to Python; NaN is a number to json
+        if kind == "int" and not isinstance(value, int):
+            if not value.is_integer():
+                return False, value
+            value = int(value)
+        if value in (float("inf"), float("-inf")):
+            return False, value
+        return (lo is None or lo <= value) and (hi is None or value <= hi), value
+    if kind == "str-list":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value), value
+    return isinstance(value, str) or (kind == "str?" and value is None), value
+
+
+def check(key: str, value) -> tuple:
+    """(value, None) if `value` is valid for the dotted `key`, else (value, one line saying why).
+    A dict for a group (`judge`) is checked leaf by leaf; unknown keys are refused."""
+    default: object = DEFAULTS
+    for part in key.split("."):
+        if not isinstance(default, dict) or part not in default:
+            return value, f"unknown setting {key!r}"
+        default = default[part]
+    if isinstance(default, dict):
+        if not isinstance(value, dict):
+            return value, f"{key}: expected an object of its settings ({', '.join(default)}), got {json.dumps(value)}"
+        out = {}
+        for k, v in value.items():
+            out[k], err = check(f"{key}.{k}", v)
+            if err:
+                return value, err
+        return out, None
+    ok, value = _checked(key, value, default)
+    if not ok:
+        return value, f"{key}: expected {expected(key, default)}, got {json.dumps(value)}"
+    return value, None
+
+
+def load(fallbacks: "list | None" = None) -> dict:
+    """The defaults overlaid by settings.json. A value that fails its rule keeps the default;
+    its dotted key is appended to `fallbacks` ("settings.json" when the file is unreadable or
+    not a JSON object, "RECALLD_DEADLINE_MS" for a bad environment value). Never raises."""
     merged = copy.deepcopy(DEFAULTS)
+    bad: list = []
     try:
         with open(paths.settings_path(), encoding="utf-8") as f:
             user = json.load(f)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         user = {}
+    except (OSError, ValueError):
+        user = None
     if isinstance(user, dict):
-        _merge(merged, user)
+        _merge(merged, user, "", bad)
+    else:
+        bad.append("settings.json")
     env_deadline = os.environ.get("RECALLD_DEADLINE_MS")
     if env_deadline:
         try:
-            merged["deadline_ms"] = int(env_deadline)
+            ok, value = _checked("deadline_ms", int(env_deadline), DEFAULTS["deadline_ms"])
         except ValueError:
-            pass
-    merged["budget_chars"] = min(int(merged["budget_chars"]), AGENT_OUTPUT_CAP)
+            ok = False
+        if ok:
+            merged["deadline_ms"] = value
+        else:
+            bad.append("RECALLD_DEADLINE_MS")
+    if fallbacks is not None:
+        fallbacks.extend(bad)
     return merged
 
 
-def _merge(base: dict, over: dict) -> None:
+def _merge(base: dict, over: dict, prefix: str, bad: list) -> None:
+    """Overlay `over` on the defaults in `base`, checking only what `over` holds (the defaults
+    are valid), so the hook's read costs a few isinstance tests per user setting."""
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _merge(base[k], v)
+        key = prefix + k
+        if k not in base:
+            base[k] = v  # not a setting recalld reads; kept as before, `config set` refuses it
+        elif isinstance(base[k], dict):
+            if isinstance(v, dict):
+                _merge(base[k], v, key + ".", bad)
+            else:
+                bad.append(key)
         else:
-            base[k] = v
+            ok, value = _checked(key, v, base[k])
+            if ok:
+                base[k] = value
+            else:
+                bad.append(key)
 
 
 def save(values: dict) -> None:
