@@ -11,7 +11,7 @@ import pytest
 from recalld.core import crystals
 from recalld.hook import run as hook
 from recalld.cli import crystals as crystal_cmds
-from tests.conftest import REPO, TRANSCRIPTS, payload, run_recalld
+from tests.helpers import REPO, TRANSCRIPTS, payload, run_recalld
 
 EXAMPLE = REPO / "contrib" / "crystals" / "destructive-git.md"
 
@@ -34,9 +34,17 @@ def cdir(project):
     return d
 
 
+def trusted(d):
+    """Trust a project crystal folder as it is now, as `recalld crystals trust` does: these
+    tests are about what trusted crystals do (tests/security/ covers untrusted ones)."""
+    if d.name == "crystals" and d.parent.name == ".recalld":
+        crystal_cmds.trust_folder(str(d.parent.parent))
+
+
 def put(d, name, **kw):
     p = d / f"{name}.md"
     p.write_text(crystal_text(**kw), encoding="utf-8")
+    trusted(d)
     return p
 
 
@@ -98,20 +106,20 @@ def test_cache_skips_parsing_and_refreshes_on_change(home, project, cdir, monkey
     first = crystals.load_for(str(project))
     assert first.cache == "refreshed" and [c.id for c in first.crystals] == ["a", "b"]
     calls = []
-    real = crystals.parse_file
-    monkeypatch.setattr(crystals, "parse_file", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    real = crystals.read_file
+    monkeypatch.setattr(crystals, "read_file", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     second = crystals.load_for(str(project))
     assert second.cache == "hit" and calls == [] and second.crystals[0].match == ("deploy",)
-    # Same size, new content and mtime: re-parsed.
+    # Same size, new content and mtime: re-parsed (and so untrusted until trusted again).
     a.write_text(crystal_text(match="dep1oy"))
     st = os.stat(a)
     os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000))
-    third = crystals.load_for(str(project))
+    third = crystals.load_for(str(project), check_trust=False)
     assert third.cache == "refreshed" and calls == [str(a)] and third.get("a").match == ("dep1oy",)
     # A removed file leaves the index; a broken one is skipped and counted.
     (cdir / "b.md").unlink()
     (cdir / "broken.md").write_text("just notes")
-    fourth = crystals.load_for(str(project))
+    fourth = crystals.load_for(str(project), check_trust=False)
     assert [c.id for c in fourth.crystals] == ["a"] and [f.id for f in fourth.failures] == ["broken"]
     assert "no binding block" in fourth.failures[0].reason
 
@@ -119,21 +127,22 @@ def test_cache_skips_parsing_and_refreshes_on_change(home, project, cdir, monkey
 def test_an_interrupted_first_parse_keeps_its_progress(home, project, cdir, monkeypatch):
     for i in range(6):
         put(cdir, f"c{i}", match=f"key{i}")
-    real, calls = crystals.parse_file, []
+    real, calls = crystals.read_file, []
 
-    def slow(path, origin="project"):
+    def slow(path):
         calls.append(path)
         if len(calls) == 4:
             raise hook.Deadline()  # what SIGALRM raises in the hook
-        return real(path, origin)
+        return real(path)
 
-    monkeypatch.setattr(crystals, "parse_file", slow)
+    monkeypatch.setattr(crystals, "read_file", slow)
     with pytest.raises(hook.Deadline):
         crystals.load_for(str(project))
     calls.clear()
-    monkeypatch.setattr(crystals, "parse_file", lambda p, o="project": calls.append(p) or real(p, o))
+    monkeypatch.setattr(crystals, "read_file", lambda p: calls.append(p) or real(p))
     idx = crystals.load_for(str(project))
     assert len(idx.crystals) == 6 and len(calls) == 3  # the three parsed before the deadline are kept
+    assert idx.trust == {str(cdir): "trusted"}  # and hashed: the folder is still the one trusted
 
 
 def test_project_crystal_shadows_the_user_wide_one(home, project, cdir):
@@ -307,6 +316,7 @@ def test_stale_crystal_is_withheld_and_counted(home, project, cdir, conn):
 def test_unparseable_file_is_skipped_counted_and_explained(home, project, cdir, conn):
     put(cdir, "good", match="deploy", essence="⛔ GOOD")
     (cdir / "typo.md").write_text("crystal:\non: bsah\nmatch: deploy\n<!-- crystal:essence -->x<!-- /crystal:essence -->")
+    trusted(cdir)
     out, r = hook.run(["pre-tool"], json.dumps(pre_tool(project, "Bash", {"command": "deploy"})).encode())
     assert "GOOD" in delivered(out)
     assert r["detail"]["crystals"]["failed"] == 1 and r["detail"]["crystals"]["failed_files"] == ["typo.md"]
@@ -364,7 +374,7 @@ def _raw_act_text(name: str, inp: dict) -> "tuple[str, str] | None":
     return None
 
 
-def test_replaying_every_real_tool_call_fires_exactly_the_expected_crystals(home, project, cdir, conn):
+def test_replaying_every_real_tool_call_fires_exactly_the_expected_crystals(home, project, cdir, conn, shared_transcripts):
     for i, k in enumerate(KEYS):
         put(cdir, f"k{i:02d}", on="bash, write, delegate", match=k, essence=f"⛔ ESSENCE-{i:02d}", tell=f"tell {i}")
     calls = 0
@@ -432,6 +442,7 @@ def test_lint_finds_each_problem(home, project, cdir):
     put(cdir, "dup", match="KUBECTL APPLY", tell="t")
     put(cdir, "odd", match="vault", tell="t", extra="owner: ops\n")
     (cdir / "broken.md").write_text("notes")
+    trusted(cdir)
     (home / "crystals").mkdir(parents=True)
     put(home / "crystals", "ok", match="x-user", tell="t")
     probs = crystal_cmds.lint(crystals.load_for(str(project)), {"item_cap_chars": 2000})

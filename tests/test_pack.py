@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from recalld.hook import crystal_source, run as hook
 from recalld.core import crystals, pack
-from tests.conftest import run_recalld
+from tests.helpers import run_recalld
 
 SOURCES = ("crystal", "queue", "memory", "proposal")
 
@@ -183,6 +183,9 @@ def _write_crystals(project, n: int, key: str = "deploy", size: int = 1400):
         (d / f"k{i:02d}.md").write_text(
             f"crystal:\non: bash\nmatch: {key}, k{i:02d}-only\ntell: tell of k{i:02d}\n\n"
             f"<!-- crystal:essence -->\n⛔ claim k{i:02d}\n{'w' * (size + 37 * i)}\n<!-- /crystal:essence -->\n")
+    from recalld.cli.crystals import trust_folder
+
+    trust_folder(str(project))  # project crystals are delivered from a trusted folder only
 
 
 def _bash(project, command: str, session: str = "sess-1") -> bytes:

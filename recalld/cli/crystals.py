@@ -1,18 +1,21 @@
-"""`recalld crystals list|show|test|lint|stats`: inspect, dry-run, admit and measure crystals.
+"""`recalld crystals list|show|test|lint|stats|trust|untrust`: inspect, dry-run, admit,
+measure and trust crystals.
 
-The library work lives in recalld.crystals, recalld.crystal_source and recalld.pack; this module
-only reads (the store read-only, receipts, crystal files) and never records anything.
+The library work lives in recalld.core.crystals, recalld.core.trust, recalld.hook.crystal_source
+and recalld.core.pack; this module only reads (the store read-only, receipts, crystal files),
+except `trust`/`untrust`, which append to the trust log. Essences are printed through
+fence.as_data, as the hook delivers them: an agent may be the one reading this output.
 """
 
 import json
 import os
-import statistics
 from datetime import datetime, timezone
 
 import click
 
 from recalld.hook import crystal_source, payloads
-from recalld.core import crystals, pack, paths, receipts, scope, settings
+from recalld.core import crystals, fence, pack, paths, receipts, scope, settings, trust
+from recalld.core.crystal_stats import stats  # the `stats` command's figures (also the benchmark's)
 
 SHORT_KEY = 3
 
@@ -79,12 +82,18 @@ def _mtime_iso(path: str) -> str:
         return ""
 
 
+def _shell(path: str) -> str:
+    import shlex
+
+    return shlex.quote(path)
+
+
 def key_shares(index: crystals.Index, recs: list) -> dict:
     """{(crystal id, key): (acts where the key matched, acts of the crystal's kinds)} over the
     receipts since the crystal file last changed. Receipts keep which crystal keys matched
     (keys come from the crystal files), never the act's text, so this stays payload-free."""
     out = {}
-    for c in index.crystals:
+    for c in index.crystals + index.untrusted_crystals:
         since = _mtime_iso(c.path)
         window = [r for r in recs if r.get("act") in c.on and (r.get("time") or "") >= since
                   and isinstance((r.get("detail") or {}).get("crystals"), dict)]
@@ -99,10 +108,17 @@ def lint(index: crystals.Index, cfg: dict, recs: "list | None" = None, share: fl
     cap = int(cfg["item_cap_chars"])
     probs = []
     for f in index.failures:
-        probs.append(_problem("error", "unparseable", f"skipped by the hook: {f.reason}", path=f.path))
+        code = f.code if f.code in ("oversize", "symlink") else "unparseable"
+        probs.append(_problem("error", code, f"skipped by the hook: {f.reason}", path=f.path))
+    for d, st in sorted(index.trust.items()):
+        if st != "trusted":
+            probs.append({"level": "warning", "code": "untrusted", "id": None, "path": d,
+                          "message": f"{d} {'changed since it was trusted' if st == 'changed' else 'is not trusted'}: "
+                                     "the hook delivers none of this folder's crystals until "
+                                     f"`recalld crystals trust {_shell(os.path.dirname(os.path.dirname(d)))}`"})
     seen_keys: dict = {}
     shares = key_shares(index, recs or [])
-    for c in index.crystals:
+    for c in index.crystals + index.untrusted_crystals:
         for k in c.match:
             if len(k.strip()) < SHORT_KEY:
                 probs.append(_problem("error", "short_key", f"key {k!r} is shorter than {SHORT_KEY} chars: "
@@ -140,62 +156,6 @@ def lint(index: crystals.Index, cfg: dict, recs: "list | None" = None, share: fl
     return probs
 
 
-# --- stats ----------------------------------------------------------------------------------
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else None
-
-
-def stats(index: crystals.Index, recs: list) -> dict:
-    """The seed's own figures, from hook receipts of acts crystals can fire on."""
-    acts = [r for r in recs if r.get("source") == "hook" and r.get("act") in crystals.ACTS
-            and isinstance((r.get("detail") or {}).get("crystals"), dict)]
-    matched, wanted, budgets, over = [], [], [], 0
-    totals = {k: 0 for k in ("whole", "cut", "tell", "withheld", "stale", "cut_chars", "cut_claims",
-                             "withheld_chars", "delivered_chars")}
-    delivered_ids, matched_ids, per_act = set(), set(), {}
-    for r in acts:
-        det = r["detail"]
-        m = int(det["crystals"].get("matched") or 0)
-        packed = det.get("packed") or {}
-        src = (packed.get("by_source") or {}).get("crystal") or {}
-        w = int(src.get("wanted_chars") or 0)
-        b = packed.get("budget")
-        matched.append(m)
-        wanted.append(w)
-        if b is not None:
-            budgets.append(b)
-            over += w > b
-        for k in totals:
-            totals[k] += int(src.get(k) or 0)
-        for it in packed.get("items") or []:
-            if str(it[0]).startswith("c:"):
-                matched_ids.add(it[0][2:])
-                if it[1] in ("whole", "cut"):
-                    delivered_ids.add(it[0][2:])
-        pa = per_act.setdefault(r["act"], [])
-        pa.append(m)
-    ids = [c.id for c in index.crystals]
-    return {
-        "acts": len(acts),
-        "matches_per_act": {"median": _median(matched), "mean": round(statistics.fmean(matched), 2) if matched else None,
-                            "max": max(matched) if matched else None},
-        "by_act": {a: {"acts": len(ms), "median_matches": _median(ms)} for a, ms in sorted(per_act.items())},
-        "wanted_chars": {"median": _median(wanted), "max": max(wanted) if wanted else None},
-        "budget": _median(budgets),
-        "share_over_budget": round(over / len(acts), 4) if acts else None,
-        "outcomes": {k: totals[k] for k in ("whole", "cut", "tell", "withheld", "stale")},
-        "chars_withheld": totals["withheld_chars"],
-        "chars_cut": totals["cut_chars"],
-        "claims_cut": totals["cut_claims"],
-        "chars_delivered": totals["delivered_chars"],
-        "crystals": len(ids),
-        "never_matched": sorted(i for i in ids if i not in matched_ids),
-        "never_delivered": sorted(i for i in ids if i not in delivered_ids),
-    }
-
-
 def _hook_receipts(project: "str | None") -> list:
     conn = _readonly_conn()
     recs = receipts.read(conn, source="hook")
@@ -204,6 +164,38 @@ def _hook_receipts(project: "str | None") -> list:
     if project:
         recs = [r for r in recs if r.get("project") == project]
     return recs
+
+
+# --- trust ----------------------------------------------------------------------------------
+
+
+def trust_line(summary: dict) -> str:
+    """One line for `crystals list` and `doctor` about a project crystal folder not trusted."""
+    if summary.get("reason"):
+        return f"SKIPPED {summary['dir']}: {summary['reason']}"
+    if summary["state"] == "changed":
+        d = summary["diff"] or {}
+        parts = [f"{k} {', '.join(d[k])}" for k in ("added", "removed", "changed") if d.get(k)]
+        what = f"changed since you trusted it at {summary['trusted_at']} ({'; '.join(parts) or 'contents'})"
+    else:
+        what = "not trusted"
+    return (f"UNTRUSTED {summary['dir']}: {what}; its {summary['crystals']} crystal(s) are not delivered. "
+            f"Read them (`recalld crystals show ID`), then `{summary['command']}`")
+
+
+def trust_folder(cwd: "str | None") -> dict:
+    """Record the project's crystal folder as trusted with the sha256 of each file, read now
+    (not from the hook's cache), so what is trusted is what the user just listed."""
+    from recalld.cli.common import Fail
+
+    project = _project(cwd)
+    try:
+        rec, entries, failures = crystals.trust_project(project)
+    except ValueError as e:
+        raise Fail(str(e)) from None
+    return {"dir": rec["dir"], "project": project, "time": rec["time"], "files": rec["files"],
+            "crystals": [{"id": d["id"], "on": list(d["on"]), "match": list(d["match"])} for _, _, d in entries],
+            "failures": [{"path": f.path, "reason": f.reason, "code": f.code} for f in failures]}
 
 
 # --- CLI ------------------------------------------------------------------------------------
@@ -224,25 +216,31 @@ def register(cli):
     @json_opt
     def list_cmd(cwd, as_json):
         """Every crystal this project sees, and files that do not parse."""
-        index = _index(cwd)
+        project = _project(cwd)
+        index = crystals.load_for(project)
+        summary = crystals.trust_summary(project)
         today = datetime.now().date()
         rows = [{"id": c.id, "origin": c.origin, "on": list(c.on), "match": list(c.match), "tell": c.tell,
                  "stale_after": c.stale_after, "stale": c.is_stale(today), "essence_chars": c.essence_chars,
-                 "claims": c.claims, "path": c.path} for c in index.crystals]
-        fails = [{"path": f.path, "reason": f.reason} for f in index.failures]
+                 "claims": c.claims, "path": c.path, "trusted": trusted}
+                for cs, trusted in ((index.crystals, True), (index.untrusted_crystals, False)) for c in cs]
+        fails = [{"path": f.path, "reason": f.reason, "code": f.code} for f in index.failures]
         if as_json:
-            echo_json({"crystals": rows, "failures": fails})
+            echo_json({"crystals": rows, "failures": fails, "trust": summary})
             return
         if not rows and not fails:
-            dirs = ", ".join(d for _, d in crystals.directories(_project(cwd)))
+            dirs = ", ".join(d for _, d in crystals.directories(project))
             click.echo(f"no crystals (looked in {dirs})")
             return
         for r in rows:
-            flags = (" STALE" if r["stale"] else "") + ("" if r["tell"] else " no-tell")
-            click.echo(f"{r['id']:32} {r['origin']:7} on={','.join(r['on']):16} {r['essence_chars']:>5} chars "
-                       f"{r['claims']} claim(s){flags}  match: {', '.join(r['match'])}")
+            flags = ((" STALE" if r["stale"] else "") + ("" if r["tell"] else " no-tell")
+                     + ("" if r["trusted"] else " UNTRUSTED"))
+            click.echo(fence.as_data(f"{r['id']:32} {r['origin']:7} on={','.join(r['on']):16} {r['essence_chars']:>5} "
+                                     f"chars {r['claims']} claim(s){flags}  match: {', '.join(r['match'])}"))
         for f in fails:
-            click.echo(f"UNPARSEABLE {f['path']}: {f['reason']}")
+            click.echo(f"{'UNPARSEABLE' if f['code'] == 'unparseable' else 'SKIPPED'} {f['path']}: {f['reason']}")
+        if summary and summary["state"] != "trusted":
+            click.echo(trust_line(summary))
 
     @group.command(name="show")
     @click.argument("crystal_id")
@@ -252,21 +250,28 @@ def register(cli):
         """One crystal: binding, and the essence exactly as delivered."""
         index = _index(cwd)
         c = index.get(crystal_id)
+        trusted = c is not None
+        if c is None:
+            c = next((u for u in index.untrusted_crystals if u.id == crystal_id), None)
         if c is None:
             for f in index.failures:
                 if f.id == crystal_id:
                     raise Fail(f"crystal {crystal_id!r} does not parse ({f.path}): {f.reason}")
             raise Fail(f"no crystal {crystal_id!r} (see `recalld crystals list`)")
-        body = crystals.essence(c)
+        raw = crystals.essence(c)
+        body = fence.as_data(raw) if raw is not None else None
         if as_json:
             echo_json({"id": c.id, "origin": c.origin, "path": c.path, "on": list(c.on), "match": list(c.match),
-                       "tell": c.tell, "stale_after": c.stale_after, "stale": c.is_stale(),
-                       "essence": body, "essence_chars": len(body or ""), "claims": c.claims})
+                       "tell": fence.as_data(c.tell) or None, "stale_after": c.stale_after, "stale": c.is_stale(),
+                       "essence": body, "essence_chars": len(raw or ""), "claims": c.claims, "trusted": trusted})
             return
-        click.echo(f"{c.id} ({c.origin}) {c.path}")
-        click.echo(f"  on: {', '.join(c.on)}\n  match: {', '.join(c.match)}\n  tell: {c.tell or '-'}")
+        click.echo(fence.as_data(f"{c.id} ({c.origin}) {c.path}"))
+        if not trusted:
+            click.echo("  UNTRUSTED: its folder is not trusted, so the hook does not deliver it "
+                       f"(`recalld crystals trust {_shell(_project(cwd))}` once you have read it)")
+        click.echo(fence.as_data(f"  on: {', '.join(c.on)}\n  match: {', '.join(c.match)}\n  tell: {c.tell or '-'}"))
         click.echo(f"  stale_after: {c.stale_after or '-'}{'  (STALE: withheld)' if c.is_stale() else ''}")
-        click.echo(f"  essence: {len(body or '')} chars, {c.claims} marked claim(s)\n")
+        click.echo(f"  essence: {len(raw or '')} chars, {c.claims} marked claim(s)\n")
         click.echo(body or "(the file no longer parses)")
 
     @group.command(name="test")
@@ -298,10 +303,14 @@ def register(cli):
             extra = ""
             if p["outcome"] == "cut":
                 extra = f" (cut {p['cut_chars']} chars, {p['cut_claims']} marked claim(s) in the cut tail)"
-            click.echo(f"  {p['outcome']:8} {p['id']:32} {p['delivered_chars']:>5}/{p['wanted_chars']:<5} "
-                       f"keys: {', '.join(p['keys']) or '-'}{extra}")
+            click.echo(f"  {p['outcome']:8} {fence.as_data(p['id']):32} {p['delivered_chars']:>5}/{p['wanted_chars']:<5} "
+                       f"keys: {fence.as_data(', '.join(p['keys'])) or '-'}{extra}")
         if res["crystals"]["failed"]:
-            click.echo(f"  ({res['crystals']['failed']} unparseable file(s) skipped: `recalld crystals lint`)")
+            click.echo(f"  ({res['crystals']['failed']} unparseable or skipped file(s): `recalld crystals lint`)")
+        if res["crystals"].get("untrusted_indexed"):
+            click.echo(f"  ({res['crystals']['untrusted']} matching crystal(s) of "
+                       f"{res['crystals']['untrusted_indexed']} in an untrusted project folder withheld: "
+                       "`recalld crystals list`)")
         if res["text"]:
             click.echo("\n--- delivered ---\n" + res["text"])
 
@@ -316,7 +325,7 @@ def register(cli):
     def lint_cmd(cwd, as_json, share, min_acts, strict):
         """The admission test, where a machine can check it."""
         project = _project(cwd)
-        index = crystals.load_for(project)
+        index = crystals.load_for(project)  # untrusted crystals are linted too, and flagged
         probs = lint(index, settings.load(), _hook_receipts(project), share=share, min_acts=min_acts)
         if as_json:
             click.echo(json.dumps(probs, indent=2, ensure_ascii=False))
@@ -328,6 +337,36 @@ def register(cli):
         errors = sum(1 for p in probs if p["level"] == "error")
         if errors or (strict and probs):
             raise SystemExit(1)
+
+    @group.command(name="trust")
+    @click.argument("directory", required=False, type=click.Path(file_okay=False, exists=True))
+    @json_opt
+    def trust_cmd(directory, as_json):
+        """Let the hook deliver a project's crystals (DIRECTORY's repository, default: current).
+
+        Records .recalld/crystals/ with the sha256 of each crystal file in RECALLD_HOME. A cloned
+        repository's crystals are withheld until then, and again whenever a file is added,
+        removed or changed. Read them first: `recalld crystals list` and `show ID`."""
+        res = trust_folder(directory)
+        if as_json:
+            echo_json(res)
+            return
+        for c in res["crystals"]:
+            click.echo(f"  {c['id']:32} on={','.join(c['on']):16} match: {', '.join(c['match'])}")
+        for f in res["failures"]:
+            click.echo(f"  skipped {f['path']}: {f['reason']}")
+        click.echo(f"trusted {res['dir']}: {len(res['files'])} file(s), {len(res['crystals'])} crystal(s); "
+                   "any change to them withholds them again until you trust the folder anew")
+
+    @group.command(name="untrust")
+    @click.argument("directory", required=False, type=click.Path(file_okay=False, exists=True))
+    def untrust_cmd(directory):
+        """Stop delivering a project's crystals (DIRECTORY's repository, default: current)."""
+        project = _project(directory)
+        d = crystals.directories(project)[0][1]
+        was = (trust.read().get(d) or {}).get("action") == "trust"
+        trust.record(d, "untrust", project)
+        click.echo(f"untrusted {d}" + ("" if was else " (it was not trusted)"))
 
     @group.command(name="stats")
     @cwd_opt

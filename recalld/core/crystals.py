@@ -21,30 +21,48 @@ Parsing every file on every act would cost the hook milliseconds it does not hav
 directory's parsed bindings are cached in RECALLD_HOME/cache/ keyed by each file's
 (mtime_ns, size); a changed, added or removed file is re-parsed on the next act. Essences are
 not cached: only the few crystals an act matches are read.
+
+Files are bounded and confined: one over MAX_FILE_BYTES is skipped unread, and a symlinked
+file that resolves outside its crystal folder, or a project crystal folder that resolves
+outside its repository, is not followed (each is a Failure with its code, counted in the
+receipt and explained by lint).
+
+Project crystals come with whatever repository was cloned, so they are delivered only once
+the user has trusted that folder (`recalld crystals trust`): the trust log in RECALLD_HOME
+records the folder with the sha256 of each crystal file, and a folder whose files no longer
+hash the same is untrusted again. The hashes live in the directory's cache next to the
+bindings, computed when a file is (re)parsed, so an act on an unchanged folder hashes
+nothing. User-wide crystals (RECALLD_HOME/crystals) are the user's own and always trusted.
 """
 
-import zlib
 import marshal
 import os
 import re
+import stat
 import sys
+import zlib
 from datetime import date
 
-from recalld.core import paths
+from recalld.core import paths, trust
 from recalld.core.pack import CLAIM_MARKERS
 
 ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
 FIELDS = ("on", "match", "tell", "stale_after", "deliver")
 BEGIN = "<!-- crystal:essence -->"
 END = "<!-- /crystal:essence -->"
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 SKIP_NAMES = {"readme.md"}
+# An essence is meant to be a few hundred chars; 64 KiB leaves room for the history around it
+# and keeps a planted 100 MB file from being read on every matching act.
+MAX_FILE_BYTES = 64 * 1024
 _FIELD_RE = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
 _COMMENT_RE = re.compile(r"\s+#.*$")
 
 
 class ParseError(Exception):
-    pass
+    def __init__(self, reason: str, code: str = "unparseable"):
+        super().__init__(reason)
+        self.code = code  # unparseable | oversize | symlink
 
 
 class Crystal:
@@ -90,10 +108,11 @@ class Crystal:
 
 
 class Failure:
-    __slots__ = ("path", "origin", "reason")
+    __slots__ = ("path", "origin", "reason", "code")
 
-    def __init__(self, path: str, origin: str, reason: str):
+    def __init__(self, path: str, origin: str, reason: str, code: str = "unparseable"):
         self.path, self.origin, self.reason = path, origin, reason
+        self.code = code  # unparseable | oversize | symlink
 
     @property
     def id(self) -> str:
@@ -106,11 +125,14 @@ class Index:
     Holds the cached bindings as plain dicts; Crystal objects are built only for what an act
     matches (`match`) or when a command asks for all of them (`crystals`)."""
 
-    def __init__(self, entries: list, failures: list, shadowed: list, cache: str):
+    def __init__(self, entries: list, failures: list, shadowed: list, cache: str,
+                 untrusted: "list | None" = None, trust: "dict | None" = None):
         self.entries = entries  # [(path, origin, cached binding dict)]
         self.failures = failures
         self.shadowed = shadowed  # user-wide crystals hidden by a project crystal of the same id
         self.cache = cache  # hit | refreshed | off
+        self.untrusted = untrusted or []  # entries of project folders not trusted: never delivered
+        self.trust = trust or {}  # {project crystal folder: trusted | untrusted | changed}
         self._crystals = None
 
     @property
@@ -121,6 +143,10 @@ class Index:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    @property
+    def untrusted_crystals(self) -> list:
+        return [Crystal.from_cache(d, path, origin) for path, origin, d in self.untrusted]
 
     def get(self, cid: str) -> "Crystal | None":
         cid = cid[2:] if cid.startswith("c:") else cid
@@ -217,17 +243,55 @@ def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
                    unknown=tuple(unknown), essence=essence)
 
 
-def parse_file(path: str, origin: str = "project") -> Crystal:
+def _oversize(size: int) -> str:
+    return (f"{size} bytes, over the {MAX_FILE_BYTES}-byte cap on a crystal file: skipped unread "
+            "(the essence is meant to be short; move the history elsewhere)")
+
+
+def _outside(path: str, root: str) -> "str | None":
+    """The real path of `path` when it resolves outside `root`, else None."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return None if real == top or real.startswith(top.rstrip(os.sep) + os.sep) else real
+
+
+def read_file(path: str) -> bytes:
+    """A crystal file's bytes: a regular file inside its folder, at most MAX_FILE_BYTES.
+    Non-blocking open, so a FIFO swapped in after the scan cannot hang the hook."""
+    if os.path.islink(path):
+        real = _outside(path, os.path.dirname(path))
+        if real:
+            raise ParseError(f"a symlink to {real}, outside the crystal folder: not followed", "symlink")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise ParseError(f"unreadable: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ParseError("not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ParseError(_oversize(st.st_size), "oversize")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ParseError(f"unreadable: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ParseError(_oversize(len(raw)), "oversize")
+    return raw
+
+
+def parse_bytes(raw: bytes, path: str, origin: str = "project") -> Crystal:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ParseError("not UTF-8 text") from None
     return parse_text(text, path, origin)
+
+
+def parse_file(path: str, origin: str = "project") -> Crystal:
+    return parse_bytes(read_file(path), path, origin)
 
 
 def essence(c: Crystal) -> "str | None":
@@ -238,6 +302,13 @@ def essence(c: Crystal) -> "str | None":
         return parse_file(c.path, c.origin).essence
     except ParseError:
         return None
+
+
+def file_hash(raw: bytes) -> str:
+    # Only when a project crystal file is (re)parsed: hashlib costs the hook ~5 ms to import.
+    import hashlib
+
+    return hashlib.sha256(raw).hexdigest()
 
 
 # --- where crystals live ------------------------------------------------------------------
@@ -259,9 +330,11 @@ def _cache_path(directory: str) -> str:
     return os.path.join(str(paths.home()), "cache", f"crystals-{digest}.marshal")
 
 
-def _scan(directory: str) -> dict:
-    """{file name: (mtime_ns, size)} for the crystal files in `directory`."""
-    out = {}
+def _scan(directory: str) -> tuple:
+    """({file name: (mtime_ns, size)} for the crystal files in `directory` that may be read,
+    {file name: (code, reason)} for those skipped unread: over the size cap, or a symlink
+    that resolves outside the directory)."""
+    out, skipped = {}, {}
     try:
         with os.scandir(directory) as it:
             for e in it:
@@ -270,15 +343,36 @@ def _scan(directory: str) -> dict:
                 if name[0] == "." or not low.endswith(".md") or low in SKIP_NAMES:
                     continue
                 try:
+                    if e.is_symlink():
+                        real = _outside(e.path, directory)
+                        if real:
+                            skipped[name] = ("symlink", f"a symlink to {real}, outside the crystal folder: "
+                                                        "not followed")
+                            continue
                     if not e.is_file():
                         continue
                     st = e.stat()
                 except OSError:
                     continue
+                if st.st_size > MAX_FILE_BYTES:
+                    skipped[name] = ("oversize", _oversize(st.st_size))
+                    continue
                 out[name] = (st.st_mtime_ns, st.st_size)
     except OSError:
         pass
-    return out
+    return out, skipped
+
+
+def _folder_escapes(directory: str) -> "str | None":
+    """For a project's `.recalld/crystals`: its real path when `.recalld` or `crystals` is a
+    symlink leading outside the repository (two lstat calls when neither is a link)."""
+    parent = os.path.dirname(directory)
+    try:
+        if not (stat.S_ISLNK(os.lstat(directory).st_mode) or stat.S_ISLNK(os.lstat(parent).st_mode)):
+            return None
+    except OSError:
+        return None
+    return _outside(directory, os.path.dirname(parent))
 
 
 # The cache is marshal, not JSON: decoding 300 bindings is several times faster, and the hook
@@ -288,53 +382,80 @@ _CACHE_TAG = ("recalld-crystals", CACHE_VERSION, tuple(sys.version_info[:2]))
 
 
 def _read_cache(path: str, directory: str) -> tuple:
-    """(sigs {name: (mtime_ns, size)}, data {name: binding dict | error str})."""
+    """(sigs {name: (mtime_ns, size)}, data {name: binding dict | error str},
+    hashes {name: sha256 of the file}, only for project folders)."""
     try:
         with open(path, "rb") as f:
-            tag, d, sigs, data = marshal.loads(f.read())
+            tag, d, sigs, data, hashes = marshal.loads(f.read())
     except (OSError, ValueError, EOFError, TypeError):
-        return {}, {}
-    if tag != _CACHE_TAG or d != directory or not isinstance(sigs, dict) or not isinstance(data, dict):
-        return {}, {}
-    return sigs, data
+        return {}, {}, {}
+    if (tag != _CACHE_TAG or d != directory or not isinstance(sigs, dict) or not isinstance(data, dict)
+            or not isinstance(hashes, dict)):
+        return {}, {}, {}
+    return sigs, data, hashes
 
 
-def _write_cache(path: str, directory: str, sigs: dict, data: dict) -> None:
+def _write_cache(path: str, directory: str, sigs: dict, data: dict, hashes: dict) -> None:
     """Atomic replace; concurrent hooks may race, the last whole file wins and both are right."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
-            f.write(marshal.dumps((_CACHE_TAG, directory, sigs, data)))
+            f.write(marshal.dumps((_CACHE_TAG, directory, sigs, data, hashes)))
         os.replace(tmp, path)
     except (OSError, ValueError):
         pass  # no cache this time; the next act parses again
 
 
-def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
-    """([(path, origin, binding dict)], failures, cache state) for one directory."""
-    found = _scan(directory)
+def _index_file(path: str, origin: str, hashed: bool) -> tuple:
+    """(binding dict | error str, sha256 | None) for one file being (re)indexed."""
+    try:
+        raw = read_file(path)
+    except ParseError as e:
+        # Hashed as its failure, so the folder can still be trusted as it is, and the file
+        # becoming readable is a change.
+        return str(e), (f"unread:{e.code}" if hashed else None)
+    digest = file_hash(raw) if hashed else None
+    try:
+        return parse_bytes(raw, path, origin).to_cache(), digest
+    except ParseError as e:
+        return str(e), digest
+
+
+def scan_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
+    """([(path, origin, binding dict)], failures, cache state, hashes) for one directory.
+
+    hashes: {file name: sha256} of every file indexed, for a project folder (None for a
+    user-wide one). Skipped files (over the cap, outside symlinks) are never read nor hashed."""
+    if origin == "project":
+        real = _folder_escapes(directory)
+        if real:
+            return [], [Failure(directory, origin, f"the crystal folder is a symlink to {real}, outside the "
+                                "repository: not followed", "symlink")], "off" if not use_cache else "hit", None
+    found, skipped = _scan(directory)
+    hashed = origin == "project"
     cpath = _cache_path(directory)
-    sigs, data = _read_cache(cpath, directory) if use_cache and found else ({}, {})
+    sigs, data, hashes = _read_cache(cpath, directory) if use_cache and found else ({}, {}, {})
     changed = sigs != found
     if changed:
-        fresh, done = {}, {}
+        fresh, done, fresh_hashes = {}, {}, {}
         try:
             for name, sig in found.items():
-                if sigs.get(name) == sig and name in data:
+                if sigs.get(name) == sig and name in data and (name in hashes or not hashed):
                     fresh[name] = data[name]
+                    if name in hashes:
+                        fresh_hashes[name] = hashes[name]
                 else:
-                    try:
-                        fresh[name] = parse_file(directory + os.sep + name, origin).to_cache()
-                    except ParseError as e:
-                        fresh[name] = str(e)
+                    fresh[name], digest = _index_file(directory + os.sep + name, origin, hashed)
+                    if digest:
+                        fresh_hashes[name] = digest
                 done[name] = sig
         finally:
             # Also when the hook's deadline interrupts a big first parse: keep what is done,
             # so the next act continues instead of starting over (and timing out) forever.
             if use_cache and (found or sigs):
-                _write_cache(cpath, directory, done, fresh)
-        data = fresh
+                _write_cache(cpath, directory, done, fresh, fresh_hashes)
+        data, hashes = fresh, fresh_hashes
     entries, failures = [], []
     sep = os.sep
     for name in sorted(found):
@@ -343,17 +464,34 @@ def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
             entries.append((directory + sep + name, origin, c))
         else:
             failures.append(Failure(directory + sep + name, origin, c if isinstance(c, str) else "bad cache entry"))
+    for name in sorted(skipped):
+        code, reason = skipped[name]
+        failures.append(Failure(directory + sep + name, origin, reason, code))
     state = "off" if not use_cache else ("refreshed" if changed else "hit")
-    return entries, failures, state
+    ok = hashed and all(n in hashes for n in found)
+    return entries, failures, state, ({n: hashes[n] for n in found} if ok else None)
 
 
-def load(dirs: list, use_cache: bool = True) -> Index:
-    entries, failures, shadowed, states = [], [], [], []
+def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
+    """([(path, origin, binding dict)], failures, cache state) for one directory."""
+    return scan_dir(directory, origin, use_cache)[:3]
+
+
+def load(dirs: list, use_cache: bool = True, check_trust: bool = True) -> Index:
+    """The crystals an act may see. A project folder that is not trusted contributes nothing
+    (its crystals go to `untrusted`, and shadow nothing); check_trust=False is for commands
+    that inspect files (lint), never for delivery."""
+    entries, failures, shadowed, states, untrusted, verdicts = [], [], [], [], [], {}
     seen = set()
     for origin, directory in dirs:
-        es, fs, state = load_dir(directory, origin, use_cache)
+        es, fs, state, hashes = scan_dir(directory, origin, use_cache)
         states.append(state)
         failures.extend(fs)
+        if origin == "project" and es:
+            verdicts[directory] = trust.state(directory, hashes)
+            if check_trust and verdicts[directory] != "trusted":
+                untrusted.extend(es)
+                continue
         for e in es:
             if e[2]["id"] in seen:
                 shadowed.append(Crystal.from_cache(e[2], e[0], e[1]))
@@ -361,11 +499,47 @@ def load(dirs: list, use_cache: bool = True) -> Index:
                 seen.add(e[2]["id"])
                 entries.append(e)
     state = "off" if not use_cache else ("refreshed" if "refreshed" in states else "hit")
-    return Index(entries, failures, shadowed, state)
+    return Index(entries, failures, shadowed, state, untrusted, verdicts)
 
 
-def load_for(project: "str | None", use_cache: bool = True) -> Index:
-    return load(directories(project), use_cache)
+def load_for(project: "str | None", use_cache: bool = True, check_trust: bool = True) -> Index:
+    return load(directories(project), use_cache, check_trust)
+
+
+def trust_project(project: str) -> tuple:
+    """Trust the project's crystal folder as it is now: (the trust record, entries, failures).
+    Every file is read and hashed afresh (not from the hook's cache), so what is trusted is
+    what was just listed. ValueError (one line) when there is nothing that can be trusted."""
+    directory = directories(project)[0][1]
+    entries, failures, _, hashes = scan_dir(directory, "project", use_cache=False)
+    for f in failures:
+        if f.path == directory:
+            raise ValueError(f"{directory}: {f.reason}")
+    if not hashes:
+        raise ValueError(f"no crystal files in {directory}")
+    return trust.record(directory, "trust", project, hashes), entries, failures
+
+
+def trust_summary(project: "str | None") -> "dict | None":
+    """The project's crystal folder as `crystals list` and `doctor` show it (None when the
+    project has no crystal files): its trust state, what changed, and the command to trust it."""
+    if not project:
+        return None
+    import shlex
+
+    directory = directories(project)[0][1]
+    es, fs, _, hashes = scan_dir(directory, "project")
+    escaped = [f for f in fs if f.path == directory]
+    if not hashes and not escaped:
+        return None
+    log = trust.read()
+    st = "untrusted" if escaped else trust.state(directory, hashes, log)
+    rec = log.get(directory) or {}
+    return {"dir": directory, "project": project, "state": st, "crystals": len(es),
+            "files": len(hashes or {}), "trusted_at": rec.get("time") if rec.get("action") == "trust" else None,
+            "diff": trust.diff(directory, hashes, log) if st == "changed" else None,
+            "reason": escaped[0].reason if escaped else None,
+            "command": None if escaped or st == "trusted" else f"recalld crystals trust {shlex.quote(project)}"}
 
 
 # --- matching -----------------------------------------------------------------------------

@@ -54,9 +54,14 @@ class Item:
         return f"Item({self.key!r}, {self.source!r}, {len(self.body)} chars)"
 
     def render(self, body: "str | None" = None, tell: bool = False) -> str:
+        """The item as the agent reads it. Label, body and tell are stored text (a crystal's id
+        is its file name), so the whole line goes through fence.as_data: the packer measures
+        and cuts what is delivered, and a cut of escaped text stays escaped."""
+        from recalld.core.fence import as_data  # imported by runs that have something to render
+
         if tell:
-            return f"[{self.label} · tell] {self.tell}"
-        return f"[{self.label}] {self.body if body is None else body}"
+            return as_data(f"[{self.label} · tell] {self.tell}")
+        return as_data(f"[{self.label}] {self.body if body is None else body}")
 
 
 class Placed:

@@ -99,6 +99,17 @@ def candidates(index: "crystals.Index", hi, conn, project: "str | None",
     failed = [os.path.basename(f.path) for f in index.failures] + [os.path.basename(c.path) for c in lost]
     if failed:
         detail["failed_files"] = failed[:10]
+    for code, key in (("oversize", "oversize"), ("symlink", "symlinks")):
+        n = sum(1 for f in index.failures if f.code == code)
+        if n:
+            detail[key] = n  # skipped unread: over crystals.MAX_FILE_BYTES, or a symlink leading out
+    if index.trust:
+        # Payload-free like the rest: a state per folder and counts; the agent is told nothing.
+        detail["trust"] = sorted(set(index.trust.values()))
+    if index.untrusted:
+        held = crystals.Index(index.untrusted, [], [], index.cache).match(hi.act, act_text(hi))
+        detail["untrusted"] = len(held)  # matched this act, withheld: the folder is not trusted
+        detail["untrusted_indexed"] = len(index.untrusted)
     return items, detail
 
 
