@@ -3,14 +3,12 @@ loader, the indexer (real store writes), both rankers, the summaries, the budget
 `recalld bench locomo --data PATH --json`."""
 
 import json
-import sys
+from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, run_recalld
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-import locomo  # noqa: E402
+from recalld.bench import locomo
+from tests.helpers import run_recalld
 
 
 def _conv(sample_id, a, b, sessions, qa):
@@ -157,26 +155,56 @@ def test_cli_bad_data_path_is_one_clear_error(tmp_path):
 
 def test_runner_writes_report_figures_and_marks_failures(data, tmp_path):
     from recalld.bench import run as bench
+    from recalld.bench.common import Unavailable
 
-    bdir = tmp_path / "benches"
-    bdir.mkdir()
-    (bdir / "bench_ok.py").write_text(
-        "def run(quick=False):\n"
-        "    return {'ours': {'a': 1.5}, 'baseline': {'a': 2.0}, 'notes': ['hello'],\n"
-        "            'plots': [{'file': 'ok.png', 'kind': 'line', 'x': [1, 2], 'series': {'s': [1, 2]}}]}\n")
-    (bdir / "bench_broken.py").write_text("def run(quick=False):\n    raise RuntimeError('boom')\n")
-    result = bench.run_all(quick=True, bench_dir=bdir)
-    assert result["benchmarks"]["ok"]["ok"] and not result["benchmarks"]["broken"]["ok"]
+    def ok(quick=False):
+        return {"ours": {"a": 1.5}, "baseline": {"a": 2.0}, "notes": ["hello"],
+                "plots": [{"file": "ok.png", "kind": "line", "x": [1, 2], "series": {"s": [1, 2]}}]}
+
+    def broken(quick=False):
+        raise RuntimeError("boom")
+
+    def no_data(quick=False):
+        raise Unavailable("LoCoMo data not found (looked at /nowhere)")
+
+    registry = {"ok": SimpleNamespace(run=ok), "broken": SimpleNamespace(run=broken),
+                "no_data": SimpleNamespace(run=no_data)}
+    result = bench.run_all(quick=True, registry=registry)
+    b = result["benchmarks"]
+    assert b["ok"]["ok"] and not b["broken"]["ok"] and not b["no_data"]["ok"]
+    assert b["no_data"]["skipped"].startswith("LoCoMo data not found") and "error" not in b["no_data"]
+    assert bench.not_run(result) == ["broken (failed)", "no_data (skipped: LoCoMo data not found (looked at /nowhere))"]
     w = bench.write_report(result, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "## ok" in md and "**FAILED**" in md and "RuntimeError: boom" in md
+    assert "## ok" in md and "**FAILED**" in md and "RuntimeError: boom" in md and "**SKIPPED**: LoCoMo" in md
     assert "SQLite" in md and "Python" in md
     figs = json.loads((tmp_path / "out" / "figures.json").read_text())
     assert figs["benchmarks"]["ok"]["figures"]["ours"] == {"a": 1.5}
     assert "plots" not in figs["benchmarks"]["ok"]["figures"]
     assert (w["plots"] and (tmp_path / "out" / "ok.png").exists()) or "matplotlib" in (w["plot_note"] or "")
     with pytest.raises(ValueError):
-        bench.run_all(["nope"], bench_dir=bdir)
+        bench.run_all(["nope"], registry=registry)
+
+
+def test_every_listed_benchmark_is_a_module_with_run():
+    import inspect
+
+    from recalld.bench import run as bench
+
+    for name in bench.BENCHMARKS:
+        mod = bench.load(name)
+        assert "quick" in inspect.signature(mod.run).parameters, name
+        assert (mod.__doc__ or "").strip(), name
+
+
+def test_missing_locomo_data_is_reported_as_skipped(tmp_path, monkeypatch):
+    from recalld.bench import common
+
+    monkeypatch.setattr(common, "shared_dirs", lambda: [tmp_path / "shared"])
+    with pytest.raises(common.Unavailable, match="LoCoMo data not found.*pass --data PATH"):
+        locomo.load()
+    with pytest.raises(common.Unavailable, match="missing.json"):
+        locomo.load(tmp_path / "missing.json")
 
 
 def test_without_threads_the_turns_stand_alone(data):

@@ -13,9 +13,10 @@ import pytest
 from recalld.core import drafts, receipts, scope
 from recalld.hook import run as hook
 from recalld.capture import proposer
+from recalld.bench.planted import PLANTED, leaks, plant, secret_text  # one copy, shared with the benchmark
 from recalld import store
 from recalld.daemon import transcripts
-from tests.conftest import REPO, TRANSCRIPTS, run_recalld
+from tests.helpers import REPO, TRANSCRIPTS, run_recalld
 
 PKG = REPO / "recalld"
 # Modules that write memories (or reach code that does); the proposer must reach none of them.
@@ -89,7 +90,7 @@ def test_the_proposer_handle_cannot_write_memories(home, project):
     assert drafts.store_pass(c, r, session="s", source="x", from_line=1, to_line=2, boundary_id=None,
                              window_chars=0, drafts=[], project=sc.project, agent="main", model=None) == []
     c.close()
-    plain = __import__("recalld.db", fromlist=["connect"]).connect()
+    plain = __import__("recalld.core.db", fromlist=["connect"]).connect()
     assert plain.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
     assert plain.execute("SELECT count(*) FROM receipts WHERE source = 'proposer'").fetchone()[0] == 1
     plain.close()
@@ -101,14 +102,16 @@ def test_the_proposer_handle_cannot_write_memories(home, project):
 @pytest.fixture(scope="module")
 def runtime():
     from recalld.model import runtime as llm
+    from recalld.model.errors import Unavailable
 
     try:
         return llm.require_runtime("proposer", {"models": {}})
-    except llm.Unavailable as e:
+    except Unavailable as e:
         pytest.fail(f"the embedded model must be available for these tests: {e}")
 
 
-def test_a_pass_over_a_real_transcript(home, runtime):
+@pytest.mark.model
+def test_a_pass_over_a_real_transcript(home, runtime, shared_transcripts):
     path = TRANSCRIPTS / "spotter-subagent.jsonl"
     res = proposer.run_pass(str(path), origin="cli", runtime=runtime)
     assert res.outcome in ("stored", "nothing"), res.error
@@ -137,7 +140,8 @@ def test_a_pass_over_a_real_transcript(home, runtime):
     c.close()
 
 
-def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime):
+@pytest.mark.model
+def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime, shared_transcripts):
     path = TRANSCRIPTS / "viewer-agent-test-hash-123.jsonl"
     events = list(transcripts.parse_file(str(path)))
     assert events[-1].kind == "turn_end"
@@ -155,10 +159,12 @@ def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime):
     assert daemon_cmds.turn_end_hooks() == (proposer.on_turn_end,)
 
 
-def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch):
-    # The judge stops a running draft (recalld.llm.LLMPreempted); the daemon hands each turn
-    # over once, so on_turn_end tries the pass again instead of losing the turn.
+@pytest.mark.model
+def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch, shared_transcripts):
+    # The judge stops a running draft (recalld.model.errors.LLMPreempted); the daemon hands each
+    # turn over once, so on_turn_end tries the pass again instead of losing the turn.
     from recalld.model import runtime as llm
+    from recalld.model.errors import LLMPreempted
 
     class Preempting:
         """The real runtime, except that its first generation is preempted."""
@@ -172,7 +178,7 @@ def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch)
         def generate_json(self, *a, **kw):
             self.generations += 1
             if self.generations == 1:
-                raise llm.LLMPreempted("generation stopped for an urgent call (the judge)")
+                raise LLMPreempted("generation stopped for an urgent call (the judge)")
             return self.rt.generate_json(*a, **kw)
 
     wrapped = Preempting(runtime)
@@ -190,7 +196,7 @@ def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch)
     c.close()
 
 
-def test_without_a_model_the_pass_says_why_and_keeps_the_window(home):
+def test_without_a_model_the_pass_says_why_and_keeps_the_window(home, shared_transcripts):
     (home).mkdir(parents=True, exist_ok=True)
     (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
     path = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
@@ -205,82 +211,9 @@ def test_without_a_model_the_pass_says_why_and_keeps_the_window(home):
 
 # --- planted secrets --------------------------------------------------------------------------
 
-PLANTED = {
-    "openai": "sk-proj-Pl4ntedOpenAIKey0123456789abcdefXYZ",
-    "anthropic": "sk-ant-api03-Pl4ntedAnthropicKey0123456789-abc",
-    "github": "ghp_Pl4ntedGitHubT0kenValue0123456789ab",
-    "github_pat": "github_pat_11PLANTED0_Pl4ntedFineGrainedT0ken0123456789",
-    "aws": "AKIAPLANTED0EXAMPLE7",
-    "slack": "xoxb-1111-2222-Pl4ntedSlackT0ken",
-    "google": "AIzaSyPl4nted-GoogleKey0123456789abcdefgh",
-    "stripe": "sk_live_Pl4ntedStripeKey0123456789",
-    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJwbGFudGVkIjoieWVzIn0.Pl4ntedJwtSignature0123456789",
-    "private_key": "MIIEpPl4ntedPrivateKeyBody0123456789",
-    "url_password": "Pl4ntedUrlPassw0rd",
-    "assignment": "Pl4ntedAssignedPassw0rd",
-    "bearer": "Pl4ntedBearerT0ken0123456789",
-    "env": "Pl4ntedEnvSecretValue",
-}
 
-
-def secret_text() -> str:
-    p = PLANTED
-    return (f"Use {p['openai']} and {p['anthropic']} for the clients; push with {p['github']} or "
-            f"{p['github_pat']}; AWS {p['aws']}; slack {p['slack']}; maps {p['google']}; billing {p['stripe']}; "
-            f"session {p['jwt']}; db postgres://app:{p['url_password']}@db.internal:5432/main; "
-            f"password = \"{p['assignment']}\"; curl -H 'Authorization: Bearer {p['bearer']}'\n"
-            f"-----BEGIN RSA PRIVATE KEY-----\n{p['private_key']}\n-----END RSA PRIVATE KEY-----\n"
-            f"STRIPE_SECRET_KEY={p['env']}\n")
-
-
-def plant(src: Path, dst: Path) -> None:
-    """A copy of a real transcript with secrets in the user's prompts, the agent's text, its
-    thinking and its tool results (one turned into an error so it reaches the window)."""
-    out = []
-    errored = False
-    for line in src.read_text(encoding="utf-8").splitlines():
-        o = json.loads(line)
-        m = o.get("message") if isinstance(o.get("message"), dict) else None
-        if m is not None:
-            c = m.get("content")
-            if isinstance(c, str) and not c.startswith("<"):
-                m["content"] = c + "\n" + secret_text()
-            elif isinstance(c, list):
-                for b in c:
-                    if b.get("type") == "text":
-                        b["text"] = b["text"] + "\n" + secret_text()
-                    elif b.get("type") == "thinking":
-                        b["thinking"] = b["thinking"] + "\n" + secret_text()
-                    elif b.get("type") == "tool_result":
-                        b["content"] = secret_text() + "\n" + (b["content"] if isinstance(b["content"], str)
-                                                               else json.dumps(b["content"]))
-                        if not errored:
-                            b["is_error"], errored = True, True
-        out.append(json.dumps(o))
-    dst.write_text("\n".join(out) + "\n", encoding="utf-8")
-
-
-def leaks(home: Path, conn) -> list:
-    """Every place a planted secret value is found: any column of any table, any file under
-    RECALLD_HOME (logs, fallback receipts)."""
-    found = []
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    for t in tables:
-        try:
-            rows = conn.execute(f'SELECT * FROM "{t}"').fetchall()
-        except sqlite3.Error:
-            continue
-        for row in rows:
-            blob = " ".join(str(v) for v in tuple(row))
-            found += [(t, k) for k, v in PLANTED.items() if v in blob]
-    for f in home.rglob("*"):
-        if f.is_file() and not f.name.startswith("recalld.db"):
-            text = f.read_bytes().decode("utf-8", "replace")
-            found += [(str(f.relative_to(home)), k) for k, v in PLANTED.items() if v in text]
-    return found
-
-
-def test_planted_secrets_reach_neither_db_nor_logs_nor_receipts(home, tmp_path, runtime):
+@pytest.mark.model
+def test_planted_secrets_reach_neither_db_nor_logs_nor_receipts(home, tmp_path, runtime, shared_transcripts):
     src = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
     copy = tmp_path / "session.jsonl"
     plant(src, copy)

@@ -1,8 +1,9 @@
-"""The unified benchmark runner behind `recalld bench` and `benchmarks/run`.
+"""The benchmark runner behind `recalld bench` and `benchmarks/run`: runs this package's
+benchmarks and writes one report.
 
-Every `benchmarks/bench_*.py` module exposes `run(quick: bool = False) -> dict` and may take
-`data=` (a data path). The runner calls each (or a named subset), then writes into one
-directory:
+The benchmarks are the modules named in BENCHMARKS (recalld/bench/NAME.py); each exposes
+`run(quick: bool = False) -> dict` and may take `data=` (a data path) and options of its own.
+The runner calls each (or a named subset), then writes into one directory:
 
     report.md      machine, date, commit, and every module's figures as tables
     figures.json   the same figures, machine-readable
@@ -12,12 +13,14 @@ A module asks for plots by returning `"plots": [{"file", "title", "kind": "line"
 "series": {name: [y, ...]}, "xlabel", "ylabel"}]`, and for prose by `"notes": [str, ...]`.
 Each figure sits next to its baseline because modules return both from the same run
 (`{"recalld": ..., "baseline": ...}`, `{"hook_ms": ..., "bare_python_ms": ...}`).
-A module that fails is reported as failed, with its error; the others still run.
+A module that fails is reported as failed, with its error; one that raises
+recalld.bench.common.Unavailable (no data, no model) as skipped, with the reason; the others
+still run. `python3 -m recalld.bench.NAME [options]` runs one module alone (main_one).
 """
 
 import contextlib
 import datetime as dt
-import importlib.util
+import importlib
 import inspect
 import json
 import os
@@ -29,25 +32,17 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO / "benchmarks"
+from recalld import __version__
+from recalld.bench.common import Unavailable, source_root
+
+# Every benchmark, in the order a full run takes them: recall quality, latency, crystals, the
+# background pass, capture. Each is recalld/bench/NAME.py.
+BENCHMARKS = ("locomo", "search", "budget", "ablations", "core", "load", "crystals", "crystal_budget",
+              "rerank", "judge", "daemon", "proposer")
 
 
-def discover(bench_dir: Path = BENCH_DIR) -> dict:
-    """{name: path} for every bench_*.py (name without the prefix)."""
-    return {p.stem[len("bench_"):]: p for p in sorted(Path(bench_dir).glob("bench_*.py"))}
-
-
-def load_module(path: Path):
-    d = str(path.parent)
-    if d not in sys.path:
-        sys.path.insert(0, d)  # benchmarks import their shared helpers (locomo.py) by name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location(f"recalld_bench_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def load(name: str):
+    return importlib.import_module(f"recalld.bench.{name}")
 
 
 def machine() -> dict:
@@ -74,16 +69,20 @@ def machine() -> dict:
     return {
         "cpu": cpu, "cores": os.cpu_count(), "cores_usable": affinity, "memory_gib": mem,
         "os": platform.platform(), "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version, "commit": _commit(),
+        "sqlite": sqlite3.sqlite_version, "recalld": __version__, "commit": _commit(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
 def _commit() -> "str | None":
+    """The source checkout's commit; None for an installed package."""
+    root = source_root()
+    if root is None:
+        return None
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=5)
         if out.returncode == 0:
             return out.stdout.strip() + (" (modified)" if dirty.stdout.strip() else "")
@@ -92,36 +91,55 @@ def _commit() -> "str | None":
     return None
 
 
-def run_all(names=None, *, quick: bool = False, data=None, bench_dir: Path = BENCH_DIR,
-            progress=None) -> dict:
-    """Run the named benchmarks (all when none); returns {"machine", "benchmarks": {name: ...}}."""
-    found = discover(bench_dir)
-    names = list(names or found)
-    unknown = [n for n in names if n not in found]
+def run_all(names=None, *, quick: bool = False, data=None, options: "dict | None" = None,
+            registry: "dict | None" = None, progress=None) -> dict:
+    """Run the named benchmarks (all when none); returns {"machine", "quick", "benchmarks"}.
+
+    `options` go to every run() as keyword arguments (one module's own options, main_one);
+    `registry` ({name: module or anything with run()}) replaces BENCHMARKS."""
+    known = list(BENCHMARKS if registry is None else registry)
+    names = list(names or known)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(found) or 'none'}")
+        raise ValueError(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(known) or 'none'}")
     out = {"machine": machine(), "quick": quick, "benchmarks": {}}
     for name in names:
         if progress:
             progress(f"running {name} ...")
         t0 = time.perf_counter()
         try:
-            mod = load_module(found[name])
-            kwargs = {"quick": quick}
+            mod = load(name) if registry is None else registry[name]
+            kwargs = {"quick": quick, **(options or {})}
             if data is not None and "data" in inspect.signature(mod.run).parameters:
                 kwargs["data"] = data
             # Benchmarks print progress; keep stdout clean for --json.
             with contextlib.redirect_stdout(sys.stderr):
                 figures = mod.run(**kwargs)
             entry = {"ok": True, "figures": figures}
+        except Unavailable as e:
+            entry = {"ok": False, "skipped": str(e)}
         except Exception as e:  # one broken benchmark must not hide the others
             entry = {"ok": False, "error": f"{type(e).__name__}: {e}",
                      "traceback": traceback.format_exc(limit=8)}
         entry["seconds"] = round(time.perf_counter() - t0, 2)
         out["benchmarks"][name] = entry
         if progress:
-            progress(f"  {name}: {'ok' if entry['ok'] else 'FAILED: ' + entry['error']} ({entry['seconds']} s)")
+            progress(f"  {name}: {status(entry)} ({entry['seconds']} s)")
     return out
+
+
+def status(entry: dict) -> str:
+    if entry["ok"]:
+        return "ok"
+    if "skipped" in entry:
+        return "skipped: " + entry["skipped"]
+    return "FAILED: " + entry["error"]
+
+
+def not_run(result: dict) -> list:
+    """'NAME (skipped: why)' or 'NAME (failed)' for every benchmark that gave no figures."""
+    return [f"{n} ({'skipped: ' + e['skipped'] if 'skipped' in e else 'failed'})"
+            for n, e in result["benchmarks"].items() if not e["ok"]]
 
 
 # --- writing the report ------------------------------------------------------------------------
@@ -245,7 +263,7 @@ def _table(d: dict, level: int) -> list:
 def _markdown(result: dict, plots: list, plot_note) -> str:
     m = result["machine"]
     lines = ["# recalld benchmark report", "",
-             f"Date: {m['date']}. Commit: {m.get('commit') or 'unknown'}."
+             f"Date: {m['date']}. Commit: {m.get('commit') or 'none (recalld ' + str(m.get('recalld')) + ', installed)'}."
              + (" Quick mode (smaller sizes)." if result.get("quick") else ""), "",
              "## Machine", "",
              f"- CPU: {m['cpu']} ({m['cores']} cores, {m.get('cores_usable')} usable)",
@@ -256,6 +274,9 @@ def _markdown(result: dict, plots: list, plot_note) -> str:
         lines += [f"_{plot_note}_", ""]
     for name, entry in result["benchmarks"].items():
         lines += [f"## {name}", "", f"_{entry['seconds']} s_", ""]
+        if "skipped" in entry:
+            lines += [f"**SKIPPED**: {entry['skipped']}", ""]
+            continue
         if not entry.get("ok"):
             lines += [f"**FAILED**: `{entry['error']}`", "", "```", entry.get("traceback", "").strip(), "```", ""]
             continue
@@ -276,12 +297,38 @@ def default_out_dir() -> Path:
     return Path.cwd() / f"recalld-bench-{dt.date.today().isoformat()}"
 
 
+def json_view(result: dict) -> dict:
+    """One benchmark: its figures as they are (`recalld bench locomo --json`); several: by name."""
+    b = result["benchmarks"]
+    if len(b) == 1:
+        entry = next(iter(b.values()))
+        if entry["ok"]:
+            return _without(entry["figures"], "plots")
+        return {"skipped": entry["skipped"]} if "skipped" in entry else {"error": entry["error"]}
+    return _without({"machine": result["machine"], "benchmarks": b}, "plots")
+
+
+def _finish(result: dict, out, as_json: bool, prog: str) -> int:
+    if as_json:
+        print(json.dumps(json_view(result), indent=2, default=str))
+    if out or not as_json:
+        w = write_report(result, out or default_out_dir())
+        if not as_json:
+            print(f"report: {w['report']}")
+            if w["plot_note"]:
+                print(w["plot_note"])
+    missing = not_run(result)
+    if missing:
+        print(f"{prog}: no figures from {'; '.join(missing)}", file=sys.stderr)
+    return 0 if not missing else 1
+
+
 def main(argv=None) -> int:
     """`benchmarks/run [NAMES...] [--out DIR] [--quick] [--data PATH] [--json]`."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="benchmarks/run", description="Run recalld's benchmarks and write a report.")
-    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(discover()) or 'none'})")
+    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(BENCHMARKS)})")
     ap.add_argument("--out", help="report directory (default: ./recalld-bench-DATE)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a fast check")
     ap.add_argument("--data", help="data path for benchmarks that take one (LoCoMo JSON)")
@@ -293,21 +340,33 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"benchmarks/run: {e}", file=sys.stderr)
         return 2
-    if args.json:
+    return _finish(result, args.out, args.json, "benchmarks/run")
+
+
+def main_one(name: str, options=(), argv=None) -> int:
+    """`python3 -m recalld.bench.NAME [--quick] [--data PATH] [--json] [--out DIR] [OPTIONS]`:
+    one benchmark with its own options, `options` being ((flags, argparse keywords with the
+    run() parameter as dest), ...). Prints its report section (or JSON with --json)."""
+    import argparse
+
+    mod = load(name)
+    ap = argparse.ArgumentParser(prog=f"python3 -m recalld.bench.{name}",
+                                 description=(mod.__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a fast check")
+    if "data" in inspect.signature(mod.run).parameters:
+        ap.add_argument("--data", help="the data to read (default: LoCoMo's development split in ../shared)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--out", help="also write a report directory here")
+    for flags, kw in options:
+        ap.add_argument(*((flags,) if isinstance(flags, str) else flags), **kw)
+    args = vars(ap.parse_args(argv))
+    quick, data, as_json, out = (args.pop(k, None) for k in ("quick", "data", "json", "out"))
+    result = run_all([name], quick=bool(quick), data=data, options=args,
+                     progress=None if as_json else lambda s: print(s, file=sys.stderr, flush=True))
+    if as_json:
         print(json.dumps(json_view(result), indent=2, default=str))
-    if args.out or not args.json:
-        w = write_report(result, args.out or default_out_dir())
-        if not args.json:
-            print(f"report: {w['report']}")
-            if w["plot_note"]:
-                print(w["plot_note"])
-    return 0 if all(e["ok"] for e in result["benchmarks"].values()) else 1
-
-
-def json_view(result: dict) -> dict:
-    """One benchmark: its figures as they are (`recalld bench locomo --json`); several: by name."""
-    b = result["benchmarks"]
-    if len(b) == 1:
-        entry = next(iter(b.values()))
-        return _without(entry["figures"], "plots") if entry["ok"] else {"error": entry["error"]}
-    return _without({"machine": result["machine"], "benchmarks": b}, "plots")
+    else:
+        print(_markdown(result, [], None))
+    if out:
+        print(f"report: {write_report(result, out)['report']}", file=sys.stderr)
+    return 0 if not not_run(result) else 1

@@ -1,39 +1,42 @@
-"""LoCoMo recall harness: index each conversation's turns as memories and ask every question
-through recalld's real pre-step search, next to a plain SQLite FTS5 BM25 baseline built from
-the same memory texts in the same run.
+"""LoCoMo recall: each conversation's turns indexed as memories, every question asked through
+recalld's real pre-step search, next to a plain SQLite FTS5 BM25 baseline built from the same
+memory texts in the same run; the harness the other LoCoMo benchmarks (budget, ablations,
+judge, rerank) build on.
 
-The data is CC BY-NC 4.0: it is read from where it lies (default: the development split in
-../shared/data/locomo/), never copied into this repository.
+The data is CC BY-NC 4.0: it is read from where it lies (--data PATH, default: the development
+split in ../shared/data/locomo/), never copied into this repository.
 
-    python3 benchmarks/locomo.py [--data PATH] [--style speaker+date] [--no-threads] [--json]
+    recalld bench locomo [--data PATH] [--quick] [--json]
 
 Retrieval unit: one turn (`dia_id`) = one memory; each conversation is its own project, each
-session a thread (docs/evaluation.md, "Threads"; --no-threads imports the turns without).
-hit@1: the first result is an evidence turn. recall@5: any evidence turn is in the first 5.
-Questions whose evidence names no turn of the conversation are left out (and counted).
+session a thread (docs/evaluation.md, "Threads"). hit@1: the first result is an evidence turn.
+recall@5: any evidence turn is in the first 5. Questions whose evidence names no turn of the
+conversation are left out (and counted).
+
+Figures: hit@1 and recall@5 per category and overall (categories 1-4) for recalld and the
+baseline; the pre-step floor as an abstention curve (adversarial questions that inject nothing
+vs answerable ones whose evidence is injected); and, unless --quick, the memory-text styles
+compared, the same turns imported without threads, and both per conversation.
 """
 
 import json
-import os
 import re
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from recalld.core import db, pack, receipts, settings  # noqa: E402
-from recalld.hook import payloads, run as hook
 from recalld import store
-from recalld.core.scope import Scope  # noqa: E402
-from recalld.core.search import search  # noqa: E402
+from recalld.bench.common import Unavailable, locomo_path, pct
+from recalld.core import db, pack, receipts, settings
+from recalld.core.scope import Scope
+from recalld.core.search import search
+from recalld.hook import payloads
+from recalld.hook import run as hook
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ANSWERABLE = (1, 2, 3, 4)
 STYLES = ("text", "speaker", "speaker+date")
@@ -92,15 +95,15 @@ def _norm_evidence(raw) -> list:
 
 
 def load(path=None) -> list:
-    path = Path(path) if path else DEFAULT_DATA
+    path = locomo_path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise SystemExit(f"locomo: cannot read {path}: {e.strerror}")
+        raise Unavailable(f"LoCoMo data: cannot read {path}: {e.strerror}") from None
     except ValueError as e:
-        raise SystemExit(f"locomo: {path} is not JSON: {e}")
+        raise ValueError(f"LoCoMo data: {path} is not JSON: {e}") from None
     if not isinstance(data, list):
-        raise SystemExit(f"locomo: {path}: expected a list of conversations")
+        raise ValueError(f"LoCoMo data: {path}: expected a list of conversations")
     convs = []
     for n, s in enumerate(data):
         c = s.get("conversation") or {}
@@ -228,7 +231,7 @@ def ask_all(path=None, style: str = DEFAULT_STYLE, *, categories=(1, 2, 3, 4, 5)
             asked.append(Asked(conv.sample_id, q.question, q.category, q.evidence, q.answer,
                                [(id2dia[h.id], h.id, h.score) for h in hits], base.search(q.question), ms,
                                elsewhere[0].score if elsewhere else 0.0))
-    info = {"path": str(Path(path) if path else DEFAULT_DATA), "style": style, "threads": threads,
+    info = {"path": str(locomo_path(path)), "style": style, "threads": threads,
             "conversations": len(convs), "memories": sum(len(c.turns) for c in convs),
             "questions": len(asked), "dropped_no_evidence": sum(c.dropped for c in convs),
             "index_s": round(t_index, 3)}
@@ -367,43 +370,79 @@ def equal_error_floor(asked: list, max_results: int = 5) -> "float | None":
 
 
 def latency(asked: list) -> dict:
-    xs = sorted(a.search_ms for a in asked)
+    xs = [a.search_ms for a in asked]
     if not xs:
         return {}
-    return {"search_p50_ms": round(xs[len(xs) // 2], 3), "search_p99_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.99))], 3)}
+    return {"search_p50_ms": round(statistics.median(xs), 3), "search_p99_ms": round(pct(xs, 0.99), 3)}
 
 
-def figures(path=None, style: str = DEFAULT_STYLE, threads: bool = True) -> dict:
-    """The figures `python3 benchmarks/locomo.py --json` prints."""
-    asked, info = ask_all(path, style, threads=threads)
+# --- the benchmark --------------------------------------------------------------------------
+
+CATS = ["multi-hop", "temporal", "open-domain", "single-hop", "overall"]
+
+
+def run(quick: bool = False, data=None) -> dict:
+    asked, info = ask_all(data, DEFAULT_STYLE)
     q = quality(asked)
-    return {"data": info["path"], "style": style, "threads": threads, "questions": info["questions"],
-            "dropped_no_evidence": info["dropped_no_evidence"], **q, **latency(asked)}
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=None, help=f"LoCoMo JSON (default: {DEFAULT_DATA})")
-    ap.add_argument("--style", default=DEFAULT_STYLE, choices=STYLES)
-    ap.add_argument("--no-threads", action="store_true", help="import the turns without threads")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    fig = figures(args.data, args.style, not args.no_threads)
-    if args.json:
-        print(json.dumps(fig, indent=2))
-        return 0
-    print(f"LoCoMo {fig['data']} (style {fig['style']}, threads {'on' if fig['threads'] else 'off'}, "
-          f"{fig['questions']} questions, "
-          f"{fig['dropped_no_evidence']} without evidence left out)")
-    print(f"{'category':<14}{'n':>5}  {'recalld hit@1':>13} {'recall@5':>9}  {'bm25 hit@1':>10} {'recall@5':>9}")
-    for name, r in fig["recalld"].items():
-        b = fig["baseline"][name]
-        print(f"{name:<14}{r['n']:>5}  {r['hit@1']:>13} {r['recall@5']:>9}  {b['hit@1']:>10} {b['recall@5']:>9}")
-    print(f"search p50 {fig.get('search_p50_ms')} ms, p99 {fig.get('search_p99_ms')} ms")
-    return 0
+    out = {
+        "data": info["path"], "style": info["style"], "conversations": info["conversations"],
+        "memories": info["memories"], "questions": info["questions"],
+        "dropped_no_evidence": info["dropped_no_evidence"],
+        "side_by_side": {c: {"n": q["recalld"][c]["n"],
+                             "recalld hit@1": q["recalld"][c]["hit@1"], "bm25 hit@1": q["baseline"][c]["hit@1"],
+                             "recalld recall@5": q["recalld"][c]["recall@5"],
+                             "bm25 recall@5": q["baseline"][c]["recall@5"]} for c in CATS},
+        "recalld": q["recalld"], "baseline": q["baseline"],
+        **latency(asked),
+    }
+    floor = float(settings.DEFAULTS["floor"])
+    curve = abstention(asked)
+    out["floor"] = floor
+    out["abstention"] = curve
+    at = curve.get(f"{floor:.2f}") or abstention(asked, floors=(floor,))[f"{floor:.2f}"]
+    out["at_default_floor"] = at
+    out["equal_error_floor"] = equal_error_floor(asked)
+    if not quick:
+        styles = {}
+        for style in STYLES:
+            a, _ = ask_all(data, style)
+            s = quality(a)
+            styles[style] = {"recalld hit@1": s["recalld"]["overall"]["hit@1"],
+                             "recalld recall@5": s["recalld"]["overall"]["recall@5"],
+                             "bm25 hit@1": s["baseline"]["overall"]["hit@1"],
+                             "bm25 recall@5": s["baseline"]["overall"]["recall@5"]}
+        out["styles"] = styles
+        a, _ = ask_all(data, DEFAULT_STYLE, threads=False)
+        s = quality(a)
+        out["without_threads"] = {"recalld hit@1": s["recalld"]["overall"]["hit@1"],
+                                  "recalld recall@5": s["recalld"]["overall"]["recall@5"],
+                                  "bm25 hit@1": s["baseline"]["overall"]["hit@1"],
+                                  "bm25 recall@5": s["baseline"]["overall"]["recall@5"]}
+        # What threads add in each conversation: a split-level gain could hide one that loses.
+        out["by_conversation"] = {}
+        for sid in sorted({x.sample_id for x in asked}):
+            with_, without = (summarize([x for x in qs if x.sample_id == sid])["overall"] for qs in (asked, a))
+            out["by_conversation"][sid] = {"n": with_["n"], "hit@1": with_["hit@1"], "recall@5": with_["recall@5"],
+                                           "without threads hit@1": without["hit@1"],
+                                           "without threads recall@5": without["recall@5"]}
+    out["plots"] = [
+        {"file": "locomo_quality.png", "kind": "bar", "title": "LoCoMo recall: recalld pre-step vs FTS5 BM25",
+         "x": CATS, "ylabel": "share of questions",
+         "series": {"recalld hit@1": [q["recalld"][c]["hit@1"] for c in CATS],
+                    "bm25 hit@1": [q["baseline"][c]["hit@1"] for c in CATS],
+                    "recalld recall@5": [q["recalld"][c]["recall@5"] for c in CATS],
+                    "bm25 recall@5": [q["baseline"][c]["recall@5"] for c in CATS]}},
+        {"file": "locomo_floor.png", "kind": "line", "title": "Pre-step floor: abstention vs evidence injected",
+         "x": [float(f) for f in curve], "xlabel": "floor (coverage score)", "ylabel": "share",
+         "series": {"unrelated (other conversation) injecting nothing": [v["unrelated_silent"] for v in curve.values()],
+                    "adversarial (cat 5) injecting nothing": [v["adversarial_silent"] for v in curve.values()],
+                    "answerable: evidence injected": [v["answerable_injected"] for v in curve.values()],
+                    "precision of injected memories": [v["precision"] for v in curve.values()]}},
+    ]
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("locomo"))

@@ -1,8 +1,8 @@
 """In-process pre-step search latency at 1k / 10k / 100k synthetic coding-agent memories.
 
-    python3 benchmarks/bench_search.py [--quick] [--json]
+    recalld bench search [--quick] [--json]
 
-The store mixes the shared synthetic memories (benchmarks/synth.py: components, tools, error
+The store mixes the shared synthetic memories (recalld/bench/synth.py: components, tools, error
 strings, flags, decisions) with memories that carry rarer vocabulary (random identifiers,
 paths, hashes), spread over several projects so the scope filter does real work. Prompts are
 the synthetic prompts plus verbatim-style ones (a pasted traceback, a long instruction, a
@@ -17,7 +17,6 @@ threads skips.
 """
 
 import json
-import os
 import random
 import re
 import statistics
@@ -26,17 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import synth  # noqa: E402
-
-from recalld.core import db, settings  # noqa: E402
 from recalld import store
-from recalld.core.scope import Scope  # noqa: E402
-from recalld.core.search import search  # noqa: E402
-from recalld.core.textproc import STOPWORDS  # noqa: E402
+from recalld.bench import synth
+from recalld.bench.common import interleaved, load_average, pct
+from recalld.core import db, settings
+from recalld.core.scope import Scope
+from recalld.core.search import search
+from recalld.core.textproc import STOPWORDS
 
 FLOOR = float(settings.DEFAULTS["floor"])
 PROJECTS = ["/src/ledgerly", "/src/ledgerly-web", "/src/infra", "/src/dotfiles", "/src/scratch"]
@@ -103,34 +98,12 @@ def plain_fts(conn, text: str, k: int = 15) -> list:
                         (match, k)).fetchall()
 
 
-def _load():
-    try:
-        return round(os.getloadavg()[0], 2)  # other work on the machine shows up in every figure
-    except OSError:
-        return None
-
-
-def pct(xs, q):
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
-
-
-def time_it(fn, ps, rounds):
-    lat = []
-    for _ in range(rounds):
-        for p in ps:
-            t = time.perf_counter()
-            fn(p)
-            lat.append((time.perf_counter() - t) * 1000)
-    return lat
-
-
 def run(quick: bool = False) -> dict:
     sizes = [1000, 10_000] if quick else [1000, 10_000, 100_000]
     rounds = 3 if quick else 5
     ps = prompts()
     sc = Scope(PROJECTS[0], "main")
-    out = {"prompts": len(ps), "rounds": rounds, "load_average_at_start": _load(), "sizes": {}}
+    out = {"prompts": len(ps), "rounds": rounds, "load_average_at_start": load_average(), "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="recalld-bench-search-") as tmp:
         for n in sizes:
             for threaded in (False, True):
@@ -146,11 +119,11 @@ def run(quick: bool = False) -> dict:
                 search(conn, p, sc, limit=15)
                 search(tconn, p, sc, limit=15)
                 plain_fts(conn, p)
-            ours, base, threaded_lat = [], [], []
-            for _ in range(rounds):  # interleaved, so the machine's drift hits all three alike
-                ours += time_it(lambda p: search(conn, p, sc, limit=15, floor=0.0), ps, 1)
-                threaded_lat += time_it(lambda p: search(tconn, p, sc, limit=15, floor=0.0), ps, 1)
-                base += time_it(lambda p: plain_fts(conn, p), ps, 1)
+            # interleaved prompt by prompt, so the machine's drift hits all three alike
+            t = interleaved({"ours": lambda i: search(conn, ps[i % len(ps)], sc, limit=15, floor=0.0),
+                             "threaded": lambda i: search(tconn, ps[i % len(ps)], sc, limit=15, floor=0.0),
+                             "base": lambda i: plain_fts(conn, ps[i % len(ps)])}, rounds * len(ps))
+            ours, base, threaded_lat = t["ours"], t["base"], t["threaded"]
             tconn.close()
             injected = sum(bool(search(conn, p, sc, limit=5, floor=FLOOR)) for p in ps)
             out["sizes"][str(n)] = {
@@ -162,7 +135,7 @@ def run(quick: bool = False) -> dict:
                 "prompts_injecting_at_floor": f"{injected}/{len(ps)}",
             }
             conn.close()
-            out["sizes"][str(n)]["load_average"] = _load()
+            out["sizes"][str(n)]["load_average"] = load_average()
             print(f"{n:>7}: {json.dumps(out['sizes'][str(n)])}", flush=True)
     xs = [int(n) for n in out["sizes"]]
     out["target"] = "search p50 < 5 ms at 100k"
@@ -175,19 +148,7 @@ def run(quick: bool = False) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    res = run(args.quick)
-    res.pop("plots", None)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("search"))

@@ -8,7 +8,7 @@ Measures, in one run:
 - the seed's figures from the receipts the hook runs wrote: matches per act, wanted chars vs
   budget, share of acts over budget, chars withheld and cut, marked claims cut.
 
-    python3 benchmarks/bench_crystals.py [--quick]
+    recalld bench crystals [--quick] [--json]
 """
 
 import json
@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from recalld.bench.common import child_env, interleaved, pct, process
 
 TOOLS = ["git", "npm", "docker", "kubectl", "terraform", "psql", "make", "pytest", "cargo", "helm", "aws",
          "gcloud", "ansible", "redis-cli", "alembic", "rsync", "ssh", "curl", "pip", "yarn", "go", "mvn",
@@ -85,11 +84,6 @@ def _payload(project: Path, command: str, session: str) -> bytes:
                        "tool_use_id": "toolu_bench"}).encode()
 
 
-def _pct(xs: list, q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
-
-
 def run(quick: bool = False) -> dict:
     from recalld.install.plan import ensure_bytecode
 
@@ -112,9 +106,12 @@ def _run(quick: bool, tmp: Path) -> dict:
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     generate(project / ".recalld" / "crystals")
-    env = dict(os.environ, RECALLD_HOME=str(home), HOME=str(tmp), PYTHONPATH=str(REPO))
+    env = child_env(RECALLD_HOME=str(home), HOME=str(tmp))
     env.pop("RECALLD_AGENT", None)
     os.environ["RECALLD_HOME"] = str(home)  # for the in-process part below
+    from recalld.core import crystals as _crystals, scope as _scope
+
+    _crystals.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
     texts = acts(n_runs + 5)
     hook_cmd = [sys.executable, "-m", "recalld", "hook", "pre-tool"]
     bare_cmd = [sys.executable, "-c", "pass"]
@@ -122,20 +119,20 @@ def _run(quick: bool, tmp: Path) -> dict:
     for t in texts[:3]:
         subprocess.run(hook_cmd, input=_payload(project, t, "warm"), capture_output=True, env=env, check=True)
         subprocess.run(bare_cmd, capture_output=True, env=env, check=True)
-    hook_ms, bare_ms = [], []
-    for i, t in enumerate(texts[5:5 + n_runs]):
-        stdin = _payload(project, t, f"bench-{i % 4}")
-        t0 = time.perf_counter()
-        p = subprocess.run(hook_cmd, input=stdin, capture_output=True, env=env)
-        hook_ms.append((time.perf_counter() - t0) * 1000)
-        assert p.returncode == 0
-        t0 = time.perf_counter()
-        subprocess.run(bare_cmd, capture_output=True, env=env)
-        bare_ms.append((time.perf_counter() - t0) * 1000)
+    stdin = [_payload(project, t, f"bench-{i % 4}") for i, t in enumerate(texts[5:5 + n_runs])]
+    failed = []
 
+    def hook_run(i):
+        p = subprocess.run(hook_cmd, input=stdin[i], capture_output=True, env=env)
+        if p.returncode != 0:
+            failed.append(p.returncode)
+
+    t = interleaved({"hook": hook_run, "bare": process(bare_cmd, env=env)}, n_runs)
+    assert not failed, f"the hook exited with {failed}"
+    hook_ms, bare_ms = t["hook"], t["bare"]
+
+    from recalld.core import crystal_stats, crystals, db, pack, receipts
     from recalld.hook import crystal_source, payloads
-    from recalld.core import crystals, db, pack, receipts
-    from recalld.cli import crystals as cmds
 
     conn = db.connect()
     recs = [r for r in receipts.read(conn, source="hook") if r.get("session", "").startswith("bench-")]
@@ -144,7 +141,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     for r in recs:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     index = crystals.load_for(str(project))
-    s = cmds.stats(index, recs)
+    s = crystal_stats.stats(index, recs)
 
     # In process: the crystal source and the packer alone, on the same acts.
     source_ms, pack_ms = [], []
@@ -169,13 +166,13 @@ def _run(quick: bool, tmp: Path) -> dict:
     m = statistics.median
     figures = {
         "crystals": len(index.crystals), "runs": n_runs,
-        "hook_p50_ms": round(m(hook_ms), 2), "hook_p99_ms": round(_pct(hook_ms, 0.99), 2),
-        "bare_python_p50_ms": round(m(bare_ms), 2), "bare_python_p99_ms": round(_pct(bare_ms, 0.99), 2),
+        "hook_p50_ms": round(m(hook_ms), 2), "hook_p99_ms": round(pct(hook_ms, 0.99), 2),
+        "bare_python_p50_ms": round(m(bare_ms), 2), "bare_python_p99_ms": round(pct(bare_ms, 0.99), 2),
         "hook_vs_bare_p50": round(m(hook_ms) / m(bare_ms), 3),
         "hook_internal_p50_ms": round(m(internal), 2) if internal else None,
-        "hook_internal_p99_ms": round(_pct(internal, 0.99), 2) if internal else None,
-        "crystal_source_p50_ms": round(m(source_ms), 3), "crystal_source_p99_ms": round(_pct(source_ms, 0.99), 3),
-        "pack_p50_ms": round(m(pack_ms), 4), "pack_p99_ms": round(_pct(pack_ms, 0.99), 4),
+        "hook_internal_p99_ms": round(pct(internal, 0.99), 2) if internal else None,
+        "crystal_source_p50_ms": round(m(source_ms), 3), "crystal_source_p99_ms": round(pct(source_ms, 0.99), 3),
+        "pack_p50_ms": round(m(pack_ms), 4), "pack_p99_ms": round(pct(pack_ms, 0.99), 4),
         "outcomes": outcomes,
         "matches_per_act_median": s["matches_per_act"]["median"],
         "wanted_chars_median": s["wanted_chars"]["median"], "budget": s["budget"],
@@ -188,14 +185,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     return figures
 
 
-def main() -> None:
-    figs = run(quick="--quick" in sys.argv)
-    w = max(len(k) for k in figs)
-    for k, v in figs.items():
-        print(f"{k:{w}}  {v}")
-    target = figs["hook_vs_bare_p50"] <= 1.5
-    print(f"\np50 target (hook within 1.5x of bare python): {'met' if target else 'NOT met'}")
-
-
 if __name__ == "__main__":
-    main()
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("crystals"))

@@ -2,7 +2,7 @@
 judge and 5 candidates, judge time per candidate, daemon memory idle / with the model loaded,
 idle CPU, CPU seconds per pass.
 
-    python3 benchmarks/bench_daemon.py [--quick] [--json]
+    recalld bench daemon [--quick] [--json]
 
 Targets (issue 3): tailing >= 20 MB/s parsed and stored; append -> queued p50 under 3 s on the
 2-core machine.
@@ -22,7 +22,6 @@ How each figure is measured:
 - CPU: utime+stime of that process (from /proc) while idle and across the passes.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -33,11 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
+from recalld.bench.common import child_env, load_average, pct, transcripts_dir
 
-TRANSCRIPTS = REPO.parent / "shared" / "data" / "transcripts" / "claude-code"
 SPOTTER = "/home/marco/projects/spotter"
 SHORT_SESSION = "55604662-cf2a-4331-851a-ec234028f8ca"
 MEMORIES = [
@@ -49,11 +45,6 @@ MEMORIES = [
     ("Server logs go to log/dev.log when the Phoenix server runs detached", "fact"),
     ("Elixir 1.19 is required; older versions fail to compile the project", "constraint"),
 ]
-
-
-def pct(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))] if s else None
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -79,7 +70,7 @@ def throughput(copies: int) -> dict:
     from recalld.daemon import tailer
     from recalld.daemon import transcripts as T
 
-    srcs = sorted(TRANSCRIPTS.glob("*.jsonl"))
+    srcs = sorted(transcripts_dir().glob("*.jsonl"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RECALLD_HOME"] = str(Path(tmp) / "home")
         root = Path(tmp) / "projects"
@@ -108,7 +99,7 @@ def throughput(copies: int) -> dict:
             "parse_mb_s": round(mb / parse_s, 1), "parse_and_store_mb_s": round(mb / store_s, 1),
             # per CPU-second of this process: what the code costs, whatever else shares the cores
             "parse_mb_per_cpu_s": round(mb / parse_cpu, 1), "parse_and_store_mb_per_cpu_s": round(mb / store_cpu, 1),
-            "load_average": round(os.getloadavg()[0], 2), "target_mb_s": 20}
+            "load_average": load_average(), "target_mb_s": 20}
 
 
 def transcript_timing() -> dict:
@@ -118,7 +109,7 @@ def transcript_timing() -> dict:
     from datetime import datetime
 
     gaps, next_call = [], []
-    for p in sorted(TRANSCRIPTS.glob("*.jsonl")):
+    for p in sorted(transcripts_dir().glob("*.jsonl")):
         recs = []
         for line in p.read_bytes().splitlines():
             try:
@@ -166,8 +157,7 @@ def live(rounds: int, idle_s: float) -> dict:
     from recalld import store
 
     tmp = tempfile.mkdtemp(prefix="recalld-bench-daemon-")
-    env = dict(os.environ, RECALLD_HOME=str(Path(tmp) / "home"), HOME=str(Path(tmp) / "user"),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env(RECALLD_HOME=str(Path(tmp) / "home"), HOME=str(Path(tmp) / "user"))
     env.pop("CLAUDE_CONFIG_DIR", None)
     env.pop("CODEX_HOME", None)
     env.pop("RECALLD_MODEL", None)
@@ -181,7 +171,7 @@ def live(rounds: int, idle_s: float) -> dict:
     sc = scope.Scope(SPOTTER, "main")
     for text, kind in MEMORIES:
         store.remember(conn, text, sc, kind=kind, check_similar=False)
-    lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)[:12]
+    lines = (transcripts_dir() / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)[:12]
     proc = subprocess.Popen([sys.executable, "-m", "recalld", "daemon", "run"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = {"rounds": rounds, "debounce_s": cfg["daemon"]["debounce_s"]}
@@ -265,13 +255,15 @@ def run(quick: bool = False) -> dict:
 
 
 def _run(quick: bool) -> dict:
+    transcripts_dir()  # Unavailable (skipped) without the shared transcripts
     res = {"throughput": throughput_runs(copies=4 if quick else 20, runs=1 if quick else 3),
            "transcript_timing": transcript_timing()}
     try:
         import llama_cpp  # noqa: F401
-        from recalld.model import runtime as llm
 
-        ok = llm.resolve("judge", {"models": {}}).available
+        from recalld.model.resolve import resolve
+
+        ok = resolve("judge", {"models": {}}).available
     except ImportError:
         ok = False
     if ok:
@@ -281,39 +273,7 @@ def _run(quick: bool) -> dict:
     return res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    res = run(args.quick)
-    if args.json:
-        print(json.dumps(res, indent=2))
-        return
-    t = res["throughput"]
-    print(f"tailing (median of {t['runs']} runs; each: {t['parse_and_store_mb_s_each']} MB/s): "
-          f"{t['bytes'] / 1e6:.1f} MB in {t['files']} files -> {t['events']} events; "
-          f"parse {t['parse_mb_s']} MB/s, parse+store {t['parse_and_store_mb_s']} MB/s (target >= {t['target_mb_s']}); "
-          f"per CPU-second: parse {t['parse_mb_per_cpu_s']}, parse+store {t['parse_and_store_mb_per_cpu_s']} MB; "
-          f"load average {t['load_average']}")
-    tt = res["transcript_timing"]
-    print(f"transcript timing ({tt['record_gaps']} record gaps): {tt['share_gap_under_0_5_s']} within 0.5 s, "
-          f"{tt['share_gap_0_5_to_1_s']} more within 1 s; a tool result -> the next tool call: "
-          f"p25 {tt['tool_result_to_next_call_p25_s']} s, p50 {tt['tool_result_to_next_call_p50_s']} s")
-    lv = res["live"]
-    if "skipped" in lv:
-        print(f"live daemon: skipped: {lv['skipped']}")
-        return
-    print(f"append -> queued ({lv['rounds']} rounds, debounce {lv['debounce_s']} s, candidates {lv['candidates_per_pass']}): "
-          f"p50 {lv['append_to_queued_p50_s']} s, max {lv['append_to_queued_max_s']} s, "
-          f"cold (model load) {lv['append_to_queued_cold_s']} s (target p50 < {lv['target_p50_s']} s)")
-    print(f"judge: {lv['model']}, {lv['judge_ms_per_candidate_p50']} ms per candidate (p50)")
-    print(f"daemon RSS: idle {lv['rss_idle_mb']} MB, model loaded {lv['rss_model_loaded_mb']} MB, "
-          f"after passes {lv['rss_after_passes_mb']} MB")
-    print(f"CPU: idle {lv['idle_cpu_s_per_s']} s/s over {lv['idle_window_s']} s (idle again after the passes, "
-          f"{lv['rounds'] + 1} transcripts watched: {lv['idle_cpu_after_s_per_s']} s/s); "
-          f"{lv['cpu_s_per_pass_p50']} s per pass (p50)")
-
-
 if __name__ == "__main__":
-    main()
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("daemon"))

@@ -1,9 +1,11 @@
 """Judge quality on the LoCoMo development split, next to the no-judge baseline in the same run.
 
 Each conversation's turns are memories (one per dia_id, each conversation its own project,
-through benchmarks/locomo.py). Every sampled question goes through the real judge pipeline
-(recalld.judge.judge_need: search -> top judge.max_candidates -> judge score), with the
-real embedded model. Reported, at the default threshold and across thresholds:
+through recalld.bench.locomo). Every sampled question goes through the real judge pipeline
+(recalld.judge.judge.judge_need: search -> top judge.max_candidates -> judge score and
+re-ranking), with the real embedded model. What passes at each threshold is decided by the
+library's own rule, recalld.judge.judge.select, applied to the re-ranked order judge_need chose
+from (JudgeResult.ranked). Reported, at the default threshold and across thresholds:
 
 - answerable (categories 1-4): share where a correct evidence turn passes
 - adversarial (category 5, no answer in the conversation): share where nothing passes
@@ -11,10 +13,13 @@ real embedded model. Reported, at the default threshold and across thresholds:
   counting every adversarial injection as wrong (all questions)
 
 next to the baselines that always inject the top results (top-1 and top-k, k =
-max_candidates) and the pre-step's coverage floor, computed on the same candidates. Also:
-judge time per candidate, model load time.
+max_candidates) and the pre-step's coverage floor, computed on the same candidates. The earlier
+rules are kept for comparison as the same select() over another order: search order (before
+re-ranking), and the judge score itself, highest first (before threads). Also: judge time per
+candidate, model load time.
 
-    python3 benchmarks/bench_judge.py [--quick] [--n N] [--all] [--data PATH] [--json]
+    recalld bench judge [--quick] [--data PATH] [--json]
+    python3 -m recalld.bench.judge [--quick] [--n N] [--all] [--seed S] [--compare] [--rows FILE] [--data PATH] [--json]
 
 The data is read where it lies (CC BY-NC 4.0), never copied into the repository.
 """
@@ -25,18 +30,15 @@ import random
 import statistics
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-for p in (str(REPO), str(REPO / "benchmarks")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import locomo  # noqa: E402
-
-from recalld.judge import judge  # noqa: E402
-from recalld.model import runtime as llm
+from recalld.bench import locomo
+from recalld.bench.common import Unavailable, pct
 from recalld.core import settings
+from recalld.judge import judge, scoring
+from recalld.model import runtime as llm
+from recalld.model.resolve import resolve
 
 QUICK_N = 12  # questions in --quick: a couple of minutes on a busy 2-core machine
 DEFAULT_N = 150  # the default sample; --all asks every question (hours on 2 cores)
@@ -47,11 +49,11 @@ def _features(rt, need: str, res, id2dia: dict) -> list:
     """The alternative scores for the candidates judge_need just scored: the model's yes/no
     answer after the same frame (log P(yes) - log P(no)) and the search's coverage."""
     feats = []
-    need_c = " " + judge.clip_need(need)
+    need_c = scoring.need_continuation(need)
     for v in res.candidates:
         if v.judge_score is None:
             continue
-        ctx = judge.WITH_MEMORY.format(memory=judge._clip_memory(v.text)) + need_c + judge.YES_NO
+        ctx = scoring.WITH_MEMORY.format(memory=scoring.clip_memory(v.text)) + need_c + scoring.YES_NO
         (yes, _), (no, _) = rt.logliks(ctx, [" yes", " no"], timeout_s=600)
         feats.append({"dia": id2dia[v.memory_id], "judge": v.judge_score, "search": v.search_score, "yes_no": yes - no})
     return feats
@@ -70,21 +72,45 @@ def sample(asked: list, n: "int | None", seed: int = 0) -> list:
     return picked
 
 
+# What judge.select reads of a candidate (its judge_score), with what the figures need.
+Cand = namedtuple("Cand", "dia search judge_score rank_score")
+
+
+def search_order(row: dict) -> list:
+    return [Cand(*c) for c in row["cands"]]
+
+
+def reranked_order(row: dict) -> list:
+    """The candidates in the order judge_need chose from (JudgeResult.ranked)."""
+    by = {c.dia: c for c in search_order(row)}
+    return [by[d] for d in row["reranked"]]
+
+
+def by_score(cands: list) -> list:
+    """Highest judge_score first, unscored last (stable: ties keep their order)."""
+    return sorted(cands, key=lambda c: (c.judge_score is None, -(c.judge_score or 0.0)))
+
+
+def selected(cands: list, t: float, m: int) -> list:
+    """The dia_ids judge.select passes of `cands` at threshold t, at most m."""
+    return [c.dia for c in judge.select(cands, t, m)]
+
+
 def outcomes(rows: list, passes) -> dict:
-    """rows: one per question, {category, evidence, cands: [(dia, search, judge, rank_score)]} in search order;
-    passes(cands) -> the dia_ids injected."""
+    """rows: one per question, {category, evidence, cands: [(dia, search, judge, rank_score)] in
+    search order, reranked: [dia, ...]}; passes(row) -> the dia_ids injected."""
     ans = [r for r in rows if r["category"] != 5]
     adv = [r for r in rows if r["category"] == 5]
     got = n_inj = n_good = n_inj_adv = 0
     for r in ans:
-        inj = passes(r["cands"])
+        inj = passes(r)
         ev = set(r["evidence"])
         got += any(d in ev for d in inj)
         n_inj += len(inj)
         n_good += sum(d in ev for d in inj)
     silent = 0
     for r in adv:
-        inj = passes(r["cands"])
+        inj = passes(r)
         silent += not inj
         n_inj_adv += len(inj)
 
@@ -140,35 +166,14 @@ def compare(rows: list, m: int) -> dict:
     return out
 
 
-def _reranked(cands: list) -> list:
-    """(dia, search, judge, rank_score) tuples in the order judge_need chooses from: by
-    rank_score, unscored ones last (sorted is stable: ties keep search order)."""
-    return sorted(cands, key=lambda c: (c[3] is None, -(c[3] or 0.0)))
-
-
-def _select(cands: list, t: float, m: int) -> list:
-    """judge.select: the first m at or above t, in re-ranked order."""
-    return [c[0] for c in _reranked(cands) if c[2] is not None and c[2] >= t][:m]
-
-
-def _select_search_order(cands: list, t: float, m: int) -> list:
-    """The rule before re-ranking, kept for the comparison: the first m at or above t in search order."""
-    return [c[0] for c in cands if c[2] is not None and c[2] >= t][:m]
-
-
-def _select_best_judged(cands: list, t: float, m: int) -> list:
-    """The rule before threads, kept for the comparison: the m best judge scores at or above t."""
-    above = sorted((c for c in cands if c[2] is not None and c[2] >= t), key=lambda c: -c[2])
-    return [c[0] for c in above[:m]]
-
-
 def _outcomes_feats(rows: list, f, t: float, m: int) -> dict:
+    """outcomes() when scoring f(candidate features) takes the judge score's place, highest first."""
     by = []
     for r in rows:
         score = {c["dia"]: f(c) for c in r["feats"]}
         by.append({"category": r["category"], "evidence": r["evidence"],
-                   "cands": [(d, s, score.get(d), None) for d, s, _, _ in r["cands"]]})
-    return outcomes(by, lambda cands: _select_best_judged(cands, t, m))
+                   "cands": by_score([Cand(d, s, score.get(d), None) for d, s, _, _ in r["cands"]])})
+    return outcomes(by, lambda r: selected(r["cands"], t, m))
 
 
 def calibrate(curve: dict) -> tuple:
@@ -178,15 +183,17 @@ def calibrate(curve: dict) -> tuple:
 
 
 def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: bool = False,
-        seed: int = 0, verbose: bool = False, compare_methods: bool = False) -> dict:
+        seed: int = 0, verbose: bool = False, compare_methods: bool = False,
+        rows_file: "str | None" = None) -> dict:
+    """The figures above; `rows` holds every question's candidates (also written to rows_file)."""
     cfg = settings.load()
     cfg["judge"] = dict(cfg["judge"])
     threshold = float(settings.DEFAULTS["judge"]["threshold"])
     k = int(cfg["judge"]["max_candidates"])
     floor = float(settings.DEFAULTS["floor"])
-    choice = llm.resolve("judge", cfg)
+    choice = resolve("judge", cfg)
     if not choice.available:
-        return {"error": f"judge unavailable: {choice.reason}"}
+        raise Unavailable(f"judge unavailable: {choice.reason}")
     t0 = time.perf_counter()
     rt = llm.Runtime(choice.path)
     load_ms = (time.perf_counter() - t0) * 1000
@@ -204,7 +211,8 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
             unjudged += 1
         id2dia = maps[a.sample_id]
         cands = [(id2dia[v.memory_id], v.search_score, v.judge_score, v.rank_score) for v in res.candidates]
-        row = {"category": a.category, "evidence": a.evidence, "cands": cands}
+        row = {"category": a.category, "evidence": a.evidence, "cands": cands,
+               "reranked": [id2dia[v.memory_id] for v in res.ranked]}
         if compare_methods:
             row["feats"] = _features(rt, a.question, res, id2dia)
         rows.append(row)
@@ -221,13 +229,15 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
     max_pass = int(cfg["judge"].get("max_pass", 1))
 
     def judged(t, m=max_pass):
-        return lambda cands: _select(cands, t, m)
+        return lambda r: selected(reranked_order(r), t, m)
 
     curve = {f"{t:.2f}": outcomes(rows, judged(t)) for t in sorted(set(THRESHOLDS + [threshold]))}
     curve_all = {f"{t:.2f}": outcomes(rows, judged(t, k)) for t in sorted(set(THRESHOLDS + [threshold]))}
     ans = [r for r in rows if r["category"] != 5]
     best_t, best_f1 = calibrate(curve)
     extra = {"compare": compare(rows, max_pass)} if compare_methods else {}
+    if rows_file:
+        Path(rows_file).write_text(json.dumps(rows))
     return {
         "data": info["path"],
         "model": Path(choice.path).name,
@@ -244,20 +254,19 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
         "judge_f1": round(f1(curve[f"{threshold:.2f}"]), 3),
         "calibrated_threshold": best_t,
         "calibrated_f1": best_f1,
-        "baseline_top1": outcomes(rows, lambda c: [x[0] for x in c[:1]]),
-        f"baseline_top{k}": outcomes(rows, lambda c: [x[0] for x in c[:k]]),
-        "baseline_floor": outcomes(rows, lambda c: [x[0] for x in c[:k] if x[1] >= floor]),
-        "reranked_top1": outcomes(rows, lambda c: [x[0] for x in _reranked(c)[:1]]),
+        "baseline_top1": outcomes(rows, lambda r: [c.dia for c in search_order(r)[:1]]),
+        f"baseline_top{k}": outcomes(rows, lambda r: [c.dia for c in search_order(r)[:k]]),
+        "baseline_floor": outcomes(rows, lambda r: [c.dia for c in search_order(r)[:k] if c.search >= floor]),
+        "reranked_top1": outcomes(rows, lambda r: [c.dia for c in reranked_order(r)[:1]]),
         "max_pass": max_pass,
         "curve": curve,
         "curve_pass_all_above": curve_all,
-        "judge_rerank_top1": outcomes(rows, lambda c: _select_best_judged(c, -math.inf, 1)),
-        "best_judged_above_threshold": outcomes(rows, lambda c: _select_best_judged(c, threshold, max_pass)),
-        "search_order_above_threshold": outcomes(rows, lambda c: _select_search_order(c, threshold, max_pass)),
+        "judge_rerank_top1": outcomes(rows, lambda r: selected(by_score(search_order(r)), -math.inf, 1)),
+        "best_judged_above_threshold": outcomes(rows, lambda r: selected(by_score(search_order(r)), threshold, max_pass)),
+        "search_order_above_threshold": outcomes(rows, lambda r: selected(search_order(r), threshold, max_pass)),
         "judge_ms_per_candidate_p50": round(statistics.median(per_cand_ms), 1) if per_cand_ms else None,
         "judge_ms_per_need_p50": round(statistics.median(per_need_ms), 1) if per_need_ms else None,
-        "judge_ms_per_need_p90": round(sorted(per_need_ms)[int(0.9 * (len(per_need_ms) - 1))], 1)
-        if per_need_ms else None,
+        "judge_ms_per_need_p90": round(pct(per_need_ms, 0.9), 1) if per_need_ms else None,
         "model_load_ms": round(load_ms, 1),
         "judge_wall_s": round(judge_s, 1),
         "unjudged_questions": unjudged,
@@ -267,70 +276,17 @@ def run(quick: bool = False, data=None, n: "int | None" = None, all_questions: b
     }
 
 
-def _fmt(v):
-    return "-" if v is None else f"{v:.3f}"
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"{QUICK_N} questions")
-    ap.add_argument("--n", type=int, default=None, help=f"questions to sample (default {DEFAULT_N})")
-    ap.add_argument("--all", action="store_true", help="every question of the split (slow)")
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--rows", metavar="FILE", help="also write the per-question scores as JSON here")
-    ap.add_argument("--compare", action="store_true",
-                    help="also score the candidates with the alternatives tried (yes/no, coverage, combinations)")
-    args = ap.parse_args(argv)
-    fig = run(args.quick, args.data, args.n, args.all, args.seed, verbose=not args.json,
-              compare_methods=args.compare)
-    if "error" in fig:
-        print(fig["error"], file=sys.stderr)
-        return 1
-    rows = fig.pop("rows")
-    if args.rows:
-        Path(args.rows).write_text(json.dumps(rows))
-    if args.json:
-        print(json.dumps(fig, indent=2))
-        return 0
-    print(f"LoCoMo judge: {fig['questions']} questions ({fig['answerable']} answerable, "
-          f"{fig['adversarial']} adversarial), {fig['model']} ({fig['model_source']}), "
-          f"{fig['method']}, top {fig['max_candidates']} candidates")
-    print(f"evidence among the candidates (ceiling): {_fmt(fig['evidence_in_candidates'])}")
-    head = f"{'':24}{'evidence passed':>16}{'adv. silent':>12}{'precision':>10}{'prec. all':>10}{'inj/q':>7}"
-    print(head)
-    k = fig["max_candidates"]
-    for name, o in [(f"judge @ {fig['threshold']:g}", fig["judge"]),
-                    ("judge re-rank, top-1", fig["judge_rerank_top1"]), ("re-ranked top-1", fig["reranked_top1"]),
-                    ("baseline top-1", fig["baseline_top1"]),
-                    (f"baseline top-{k}", fig[f"baseline_top{k}"]), ("baseline coverage floor", fig["baseline_floor"])]:
-        print(f"{name:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
-              f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
-    for label, curve in ((f"max_pass {fig['max_pass']}", fig["curve"]),
-                         ("every candidate above the threshold", fig["curve_pass_all_above"])):
-        print(f"\ntrade-off across thresholds ({label}):")
-        print(head)
-        for t, o in curve.items():
-            print(f"{'judge @ ' + t:24}{_fmt(o['answerable_evidence_passed']):>16}{_fmt(o['adversarial_silent']):>12}"
-                  f"{_fmt(o['precision']):>10}{_fmt(o['precision_all']):>10}{o['injected_per_question'] or 0:>7.2f}")
-    print(f"\nthreshold with the best F1 of precision (all) and evidence passed on this run: "
-          f"{fig['calibrated_threshold']:g} (F1 {fig['calibrated_f1']}); the default {fig['threshold']:g} "
-          f"has F1 {fig['judge_f1']}")
-    if "compare" in fig:
-        print("\nscorings compared on the same candidates (AUC: evidence vs other candidates):")
-        print(f"{'':20}{'AUC':>7}{'best F1':>9}{'at':>8}{'evidence passed':>17}{'adv. silent':>12}{'prec. all':>10}")
-        for name, c in fig["compare"].items():
-            print(f"{name:20}{_fmt(c['candidate_auc']):>7}{_fmt(c['best_f1']):>9}{c['at'] if c['at'] is not None else '-':>8}"
-                  f"{_fmt(c.get('answerable_evidence_passed')):>17}{_fmt(c.get('adversarial_silent')):>12}"
-                  f"{_fmt(c.get('precision_all')):>10}")
-    print(f"\njudge time per candidate p50 {fig['judge_ms_per_candidate_p50']} ms; per need p50 "
-          f"{fig['judge_ms_per_need_p50']} ms, p90 {fig['judge_ms_per_need_p90']} ms "
-          f"({fig['threads']} thread); model load {fig['model_load_ms']} ms")
-    return 0
-
+OPTIONS = (
+    ("--n", {"type": int, "dest": "n", "help": f"questions to sample (default {DEFAULT_N}; --quick: {QUICK_N})"}),
+    ("--all", {"action": "store_true", "dest": "all_questions", "help": "every question of the split (slow)"}),
+    ("--seed", {"type": int, "default": 0, "dest": "seed"}),
+    ("--compare", {"action": "store_true", "dest": "compare_methods",
+                   "help": "also score the candidates with the alternatives tried (yes/no, coverage, combinations)"}),
+    ("--rows", {"metavar": "FILE", "dest": "rows_file", "help": "also write the per-question scores as JSON here"}),
+    ("--verbose", {"action": "store_true", "dest": "verbose", "help": "one line per question on stderr"}),
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("judge", OPTIONS))

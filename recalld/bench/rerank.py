@@ -1,8 +1,9 @@
 """Background re-ranking on LoCoMo: the pre-step order next to the local model's re-ranked
-order (recalld.rerank: the search's ranking key + the model's gain on the words a memory
+order (recalld.judge.rerank: the search's ranking key + the model's gain on the words a memory
 lacks) on the same questions.
 
-    python3 benchmarks/bench_rerank.py [--n N] [--quick] [--top K] [--workers W] [--data PATH] [--json]
+    recalld bench rerank [--quick] [--data PATH] [--json]
+    python3 -m recalld.bench.rerank [--n N] [--quick] [--top K] [--workers W] [--data PATH] [--json]
 
 Every answerable question (categories 1-4) is asked unless --n samples a fixed random subset
 (seed 0); figures carry 95% Wilson intervals. The first K search results are re-ranked,
@@ -14,10 +15,11 @@ The re-ranker can only reorder what search found: the share of questions with ev
 the K candidates is its ceiling. Alongside, on the same candidates: the order the re-ranker
 had before (query likelihood over every token + SEARCH_WEIGHT x the ranking key) and query
 likelihood alone, and how many questions re-ranking wins and loses against the search order.
+The re-ranked order is recalld.judge.rerank.rerank's own; the two others are computed here from
+the same decode's numbers, exactly as named: query likelihood + SEARCH_WEIGHT x Hit.rank, and
+query likelihood alone, highest first, unscored candidates after them in search order.
 """
 
-import json
-import math
 import multiprocessing
 import os
 import random
@@ -26,27 +28,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locomo  # noqa: E402
-
-from recalld.model import runtime as llm  # noqa: E402
-from recalld.judge import rerank
+from recalld.bench import locomo
+from recalld.bench.common import Unavailable, wilson
 from recalld.core import settings
-from recalld.core.search import search  # noqa: E402
+from recalld.core.search import search
+from recalld.judge import rerank as reranker
+from recalld.model import runtime as llm
+from recalld.model.resolve import resolve
 
 QUICK_N = 10
 
 _state = {}  # per worker process: the store and the model
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list:
-    if not n:
-        return [None, None]
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [round(c - h, 3), round(c + h, 3)]
 
 
 def _questions(convs: list, n: "int | None") -> list:
@@ -75,15 +67,18 @@ def _ask(job: tuple) -> list:
         id2dia = info["maps"][c.sample_id]
         hits = search(info["conn"], q.question, locomo.scope_for(c), limit=top)
         ms0 = rt.model_ms
-        ranked = {r.hit.id: r for r in rerank.rerank(rt, q.question, hits, top=top)}
+        order = reranker.rerank(rt, q.question, hits, top=top)
+        ranked = {r.hit.id: r for r in order}
         out.append({"category": q.category, "evidence": q.evidence, "model_ms": rt.model_ms - ms0,
+                    "reranked": [id2dia[r.hit.id] for r in order],
                     "cands": [{"dia": id2dia[h.id], "rank": h.rank, "ql": ranked[h.id].ql,
                                "gain": ranked[h.id].gain} for h in hits]})
     return out
 
 
 def _orders(row: dict, k: int) -> dict:
-    """dia_ids in each order, re-ranking the first k candidates (unscored ones keep their place)."""
+    """dia_ids in each order, re-ranking the first k candidates: the library's re-ranked order,
+    and the two comparisons (unscored candidates after the scored, in search order)."""
     cands = row["cands"]
     head, tail = cands[:k], [c["dia"] for c in cands[k:]]
 
@@ -94,8 +89,8 @@ def _orders(row: dict, k: int) -> dict:
 
     return {
         "search": [c["dia"] for c in cands],
-        "reranked": by(lambda c: -(c["gain"] + rerank.SEARCH_WEIGHT * c["rank"])),
-        "ql_all_tokens + ranking key": by(lambda c: -(c["ql"] + rerank.SEARCH_WEIGHT * c["rank"])),
+        "reranked": row["reranked"][:k] + tail,
+        "ql_all_tokens + ranking key": by(lambda c: -(c["ql"] + reranker.SEARCH_WEIGHT * c["rank"])),
         "ql_only": by(lambda c: -c["ql"]),
     }
 
@@ -123,10 +118,9 @@ def _figures(rows: list, k: int) -> dict:
 def run(quick: bool = False, data=None, n: "int | None" = None, workers: "int | None" = None,
         top: "int | None" = None) -> dict:
     n = QUICK_N if quick and n is None else n
-    choice = llm.resolve("judge", settings.DEFAULTS)
+    choice = resolve("judge", settings.DEFAULTS)
     if not choice.available:
-        return {"available": False, "error": choice.reason,
-                "notes": [f"no local model, re-ranking not measured: {choice.reason}"]}
+        raise Unavailable(f"no local model, re-ranking not measured: {choice.reason}")
     convs = locomo.load(data)
     qs = _questions(convs, n)
     workers = max(1, min(workers or os.cpu_count() or 1, len(qs)))
@@ -134,8 +128,8 @@ def run(quick: bool = False, data=None, n: "int | None" = None, workers: "int | 
     jobs = [(top, qs[i::workers * 4]) for i in range(workers * 4)]  # small batches even out the workers
     # Spawned, not forked: a forked worker would inherit the parent's loaded model (if an
     # earlier benchmark left one) without its worker thread. Spawned workers find functions by
-    # module name, and the report harness loads this file under another one.
-    import bench_rerank as worker
+    # module name, so they are named through the package even when this file runs as __main__.
+    from recalld.bench import rerank as worker
 
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
@@ -145,7 +139,7 @@ def run(quick: bool = False, data=None, n: "int | None" = None, workers: "int | 
     decodes = sum(len(r["cands"]) + 1 for r in rows)  # + the need without a memory
     out = {"available": True, "model": Path(choice.path).name, "questions": len(rows),
            "sampled": n is not None and n < len(_questions(convs, None)), "candidates": top,
-           "search_weight": rerank.SEARCH_WEIGHT, "workers": workers, "wall_s": round(wall, 1),
+           "search_weight": reranker.SEARCH_WEIGHT, "workers": workers, "wall_s": round(wall, 1),
            "model_ms_per_decode": round(sum(r["model_ms"] for r in rows) / max(1, decodes), 1)}
     out["sample"] = fig = _figures(rows, top)
     by_cat = {}
@@ -164,22 +158,13 @@ def run(quick: bool = False, data=None, n: "int | None" = None, workers: "int | 
     return out
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data")
-    ap.add_argument("--n", type=int, help="a seeded sample of this many questions (default: all)")
-    ap.add_argument("--quick", action="store_true", help=f"{QUICK_N} sampled questions")
-    ap.add_argument("--top", type=int, help="candidates re-ranked (default: judge.max_candidates)")
-    ap.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    res = run(args.quick, args.data, args.n, args.workers, args.top)
-    res.pop("plots", None)
-    print(json.dumps(res, indent=None if not args.json else 2))
-    return 0
-
+OPTIONS = (
+    ("--n", {"type": int, "dest": "n", "help": "a seeded sample of this many questions (default: all)"}),
+    ("--top", {"type": int, "dest": "top", "help": "candidates re-ranked (default: judge.max_candidates)"}),
+    ("--workers", {"type": int, "dest": "workers", "help": "worker processes (default: one per core)"}),
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("rerank", OPTIONS))

@@ -2,35 +2,31 @@
 how many never reached the model (withheld, stale, degraded to a tell, or in a cut tail), per
 budget, over a session of acts with the real fair order and packer.
 
-    python3 benchmarks/bench_crystal_budget.py [--quick]
+    recalld bench crystal_budget [--quick] [--json]
 
-Corpus and acts are bench_crystals' generated 300 crystals and four-phrase acts (median act
-matches ~5). `curve(budgets)` is what bench_budget.py calls.
+Corpus and acts are recalld.bench.crystals' generated 300 crystals and four-phrase acts (median act
+matches ~5). `curve(budgets)` is what recalld.bench.budget calls.
 """
 
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import bench_crystals  # noqa: E402
+from recalld.bench import crystals as generated
+from recalld.core import crystals, pack
+from recalld.hook import crystal_source
 
 BUDGETS = (1000, 2000, 4000, 8000, 16000)
 
 
 def curve(budgets=BUDGETS, n_acts: int = 200, cap: int = 2000) -> dict:
-    from recalld.hook import crystal_source
-    from recalld.core import crystals, pack
-
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-crystal-budget-"))
     try:
-        bench_crystals.generate(tmp / "crystals")
+        generated.generate(tmp / "crystals")
         entries, failures, _ = crystals.load_dir(str(tmp / "crystals"), "project", use_cache=False)
         index = crystals.Index(entries, failures, [], "off")
-        texts = bench_crystals.acts(n_acts)
+        texts = generated.acts(n_acts)
         withheld, cut_away, total, over = {}, {}, {}, {}
         for budget in budgets:
             stats: dict = {}
@@ -64,15 +60,7 @@ def run(quick: bool = False) -> dict:
     return curve(BUDGETS, n_acts=60 if quick else 200)
 
 
-def main() -> None:
-    res = run(quick="--quick" in sys.argv)
-    print(f"{res['crystals']} crystals, {res['acts']} acts, cap {res['cap']}")
-    print(f"{'budget':>7} {'claims':>7} {'not delivered':>14} {'in cut tails':>13} {'acts over':>10}")
-    for b in BUDGETS:
-        print(f"{b:>7} {res['claims_matched'][b]:>7} {res['claims_withheld'][b]:>14.1%} "
-              f"{res['claims_in_cut_tails'][b]:>13.1%} {res['share_acts_over_budget'][b]:>10.1%}")
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("RECALLD_HOME", tempfile.mkdtemp(prefix="recalld-home-"))
-    main()
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("crystal_budget"))

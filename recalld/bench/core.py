@@ -1,7 +1,7 @@
 """Core benchmark: the whole `prompt-submit` hook process vs a bare interpreter start, in-process
 search latency, durable `remember` latency and database size, at 1k / 10k / 100k memories.
 
-    python3 benchmarks/bench_core.py [--quick]
+    recalld bench core [--quick] [--json]
 
 The package is byte-compiled first, as `pip install` and `recalld install` leave it; without
 .pyc files (PYTHONDONTWRITEBYTECODE and an editable install) every hook run recompiles its
@@ -9,31 +9,20 @@ modules. Targets (issue 2): hook p50 within 1.5x and p99 within 2x of `python -c
 memories; search p50 under 5 ms at 100k; remember p50 under 10 ms.
 """
 
-import argparse
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
-
-import synth  # noqa: E402
+from recalld.bench import synth
+from recalld.bench.common import child_env, interleaved, pct, process
 
 
-def pct(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
-
-
-def hook_command() -> list[str]:
+def hook_command() -> list:
     """The console script an agent runs, when installed next to this interpreter."""
     script = Path(sys.executable).parent / "recalld"
     if script.exists():
@@ -46,8 +35,8 @@ def hook_command() -> list[str]:
 
 def build_store(home: Path, n: int, project: str) -> float:
     os.environ["RECALLD_HOME"] = str(home)
-    from recalld.core import db, scope
     from recalld import store
+    from recalld.core import db, scope
 
     conn = db.connect()
     sc = scope.Scope(project, "main")
@@ -60,22 +49,24 @@ def build_store(home: Path, n: int, project: str) -> float:
     return time.perf_counter() - t
 
 
-def time_processes(cmds: dict, stdin: dict, runs: int, env: dict) -> dict:
-    """Interleave the commands run by run so machine noise hits them alike."""
-    times = {k: [] for k in cmds}
-    for _ in range(runs):
-        for k, cmd in cmds.items():
-            t = time.perf_counter()
-            subprocess.run(cmd, input=stdin.get(k, b""), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            times[k].append((time.perf_counter() - t) * 1000)
-    return times
-
-
 def run(quick: bool = False) -> dict:
-    sizes = [1000, 10_000] if quick else [1000, 10_000, 100_000]
-    runs = 15 if quick else 40
+    saved = os.environ.get("RECALLD_HOME")
+    try:
+        return _run(quick)
+    finally:
+        if saved is None:
+            os.environ.pop("RECALLD_HOME", None)
+        else:
+            os.environ["RECALLD_HOME"] = saved
+
+
+def _run(quick: bool) -> dict:
+    from recalld import store
+    from recalld.core import db, scope, search
     from recalld.install.plan import ensure_bytecode
 
+    sizes = [1000, 10_000] if quick else [1000, 10_000, 100_000]
+    runs = 15 if quick else 40
     # As installed: `pip install` and `recalld install` leave .pyc files next to the modules.
     results = {"sizes": {}, "runs_per_size": runs, "hook_command": " ".join(hook_command()[:1]),
                "bytecode": ensure_bytecode()}
@@ -87,35 +78,24 @@ def run(quick: bool = False) -> dict:
         for n in sizes:
             home = tmp / f"home-{n}"
             build_s = build_store(home, n, project)
-            env = dict(os.environ, RECALLD_HOME=str(home), PYTHONPATH=str(REPO))
+            env = child_env(RECALLD_HOME=str(home))
             payload = json.dumps({"session_id": "bench", "transcript_path": "/dev/null", "cwd": project,
                                   "hook_event_name": "UserPromptSubmit", "prompt": prompts[0]}).encode()
-            t = time_processes({"bare": [sys.executable, "-c", "pass"], "hook": hook_command()},
-                               {"hook": payload}, runs, env)
-            from recalld.core import db, scope, search
-            from recalld import store
-
+            t = interleaved({"bare": process([sys.executable, "-c", "pass"], env=env),
+                             "hook": process(hook_command(), payload, env)}, runs)
             conn = db.connect()
             sc = scope.Scope(project, "main")
             stemmer = search.Stemmer(conn)
-            lat, injected = [], 0
-            for _ in range(3 if not quick else 2):
-                for p in prompts:
-                    s = time.perf_counter()
-                    hits = search.search(conn, p, sc, limit=5, stemmer=stemmer)
-                    lat.append((time.perf_counter() - s) * 1000)
-            for p in prompts:
-                injected += bool(search.search(conn, p, sc, limit=5, floor=0.3, stemmer=stemmer))
-            wr = []
-            for i in range(30 if not quick else 10):
-                s = time.perf_counter()
-                store.remember(conn, f"bench write {i}: the exporter keeps cents as integers", sc, check_similar=False)
-                wr.append((time.perf_counter() - s) * 1000)
-            wr_sim = []
-            for i in range(10 if not quick else 5):
-                s = time.perf_counter()
-                store.remember(conn, f"bench write with similarity check {i}: billing retries Stripe calls", sc)
-                wr_sim.append((time.perf_counter() - s) * 1000)
+            rounds = (2 if quick else 3) * len(prompts)
+            lat = interleaved({"search": lambda i: search.search(conn, prompts[i % len(prompts)], sc, limit=5,
+                                                                 stemmer=stemmer)}, rounds)["search"]
+            injected = sum(bool(search.search(conn, p, sc, limit=5, floor=0.3, stemmer=stemmer)) for p in prompts)
+            wr = interleaved({"w": lambda i: store.remember(
+                conn, f"bench write {i}: the exporter keeps cents as integers", sc, check_similar=False)},
+                10 if quick else 30)["w"]
+            wr_sim = interleaved({"w": lambda i: store.remember(
+                conn, f"bench write with similarity check {i}: billing retries Stripe calls", sc)},
+                5 if quick else 10)["w"]
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.close()
             size = (home / "recalld.db").stat().st_size
@@ -138,15 +118,7 @@ def run(quick: bool = False) -> dict:
     return results
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    res = run(args.quick)
-    if args.json:
-        print(json.dumps(res, indent=2))
-
-
 if __name__ == "__main__":
-    main()
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("core"))

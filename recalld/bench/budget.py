@@ -1,23 +1,25 @@
 """The budget curve: how much of what search found actually reaches the model after packing.
 
-    python3 benchmarks/bench_budget.py [--data PATH] [--quick] [--json]
+    recalld bench budget [--data PATH] [--quick] [--json]
 
 For character budgets from 500 to 8,000: the share of answerable LoCoMo questions (categories
 1-4) whose evidence memory is delivered by the pre-step (through the hook's own memory source
 and recalld.pack.pack: delivered whole, or cut/told with the answer inside what was delivered),
 at the default floor and max_results, and with max_results raised to 20 (what budget alone
 buys). The unlimited-budget ceiling is search's own recall above the floor. With crystals
-(recalld/crystals.py): the share of marked claims that do not reach the model per budget, for
-the shipped crystals (contrib/crystals/) all matching one act, and for the crystals benchmark's
-generated corpus over a session of acts (bench_crystal_budget.curve, fair rotation included).
+(recalld/core/crystals.py): the share of marked claims that do not reach the model per budget,
+for the shipped crystals (contrib/crystals/ of a source checkout) all matching one act, and for
+the crystals benchmark's generated corpus over a session of acts (recalld.bench.crystal_budget,
+fair rotation included).
 """
 
-import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locomo  # noqa: E402
+from recalld.bench import crystal_budget, locomo
+from recalld.bench.common import source_root
+from recalld.core import crystals, pack, settings
+from recalld.hook import crystal_source
 
 BUDGETS = (500, 1000, 2000, 3000, 4000, 6000, 8000)
 
@@ -33,42 +35,32 @@ def run(quick: bool = False, data=None) -> dict:
            "evidence_reaches_model": curve}
     plots_series = {f"LoCoMo evidence delivered ({k})": list(v.values()) for k, v in curve.items()}
     crystal = crystal_curve(BUDGETS)
-    if crystal is not None:
-        out["crystals"] = crystal
-        if crystal.get("claims_withheld"):
-            plots_series["crystal claims withheld (shipped crystals, all matched)"] = list(
-                crystal["claims_withheld"].values())
-        try:
-            import bench_crystal_budget  # the crystals benchmark's generated corpus and acts
-        except ImportError:
-            bench_crystal_budget = None
-        if bench_crystal_budget is not None:
-            syn = bench_crystal_budget.curve(BUDGETS, n_acts=60 if quick else 200)
-            out["crystals_generated_corpus"] = syn
-            plots_series["crystal claims not delivered (generated corpus, a session of acts)"] = [
-                syn["claims_withheld"][b] for b in BUDGETS]
-    else:
-        out["notes"] = ["crystals: recalld/crystals.py is not available in this checkout; crystal claims not measured"]
+    out["crystals"] = crystal
+    if crystal.get("claims_withheld"):
+        plots_series["crystal claims withheld (shipped crystals, all matched)"] = list(
+            crystal["claims_withheld"].values())
+    syn = crystal_budget.curve(BUDGETS, n_acts=60 if quick else 200)
+    out["crystals_generated_corpus"] = syn
+    plots_series["crystal claims not delivered (generated corpus, a session of acts)"] = [
+        syn["claims_withheld"][b] for b in BUDGETS]
     out["plots"] = [{"file": "budget_curve.png", "kind": "line", "title": "What reaches the model vs budget",
                      "x": list(BUDGETS), "xlabel": "budget (characters)", "ylabel": "share",
                      "series": plots_series}]
     return out
 
 
-def crystal_curve(budgets, directory=None) -> "dict | None":
+def crystal_curve(budgets, directory=None) -> dict:
     """Share of marked claims (lines opening with a claim marker) that do not reach the model
-    when every crystal in `directory` (default: the shipped contrib/crystals/) matches one act
-    and is packed at each budget with the default per-item cap, in the hook's order (fairest
-    first: never served, then smallest). A crystal delivered as its tell counts its claims as
-    withheld (the tell is reported separately). None without recalld/crystals.py."""
-    try:
-        from recalld.hook import crystal_source
-        from recalld.core import crystals
-    except ImportError:
-        return None
-    from recalld.core import pack, settings
-
-    directory = Path(directory) if directory else Path(__file__).resolve().parent.parent / "contrib" / "crystals"
+    when every crystal in `directory` (default: the shipped contrib/crystals/ of the source
+    checkout) matches one act and is packed at each budget with the default per-item cap, in
+    the hook's order (fairest first: never served, then smallest). A crystal delivered as its
+    tell counts its claims as withheld (the tell is reported separately)."""
+    if directory is None:
+        root = source_root()
+        if root is None:
+            return {"crystals": 0, "note": "contrib/crystals/ ships with the source, not the installed package"}
+        directory = root / "contrib" / "crystals"
+    directory = Path(directory)
     found = []
     for f in sorted(directory.glob("*.md")):
         try:
@@ -93,19 +85,7 @@ def crystal_curve(budgets, directory=None) -> "dict | None":
             "claims_withheld": withheld, "delivered_as_tell": told}
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    res = run(args.quick, args.data)
-    res.pop("plots", None)
-    print(json.dumps(res, indent=2) if args.json else json.dumps(res, indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from recalld.bench.run import main_one
+
+    sys.exit(main_one("budget"))
