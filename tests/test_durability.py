@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from recalld.core import db, receipts
-from tests.conftest import REPO, run_recalld
+from tests.helpers import REPO, run_recalld
 
 WRITER = r"""
 import sys, time

@@ -13,7 +13,7 @@ import pytest
 from recalld.core import db, receipts, scope
 from recalld.hook import run as hook
 from recalld import store
-from tests.conftest import REPO, payload, run_recalld
+from tests.helpers import REPO, payload, run_recalld
 
 
 @pytest.fixture
@@ -217,7 +217,7 @@ def test_real_entry_point_exits_zero_on_garbage(home, project):
 def test_hook_imports_standard_library_only(seeded):
     code = (
         "import sys, json\n"
-        "from recalld import hook\n"
+        "from recalld.hook import run as hook\n"
         "out, r = hook.run(['prompt-submit'], sys.stdin.buffer.read())\n"
         "assert r['outcome'] == 'injected', r\n"
         "names = {m.split('.')[0] for m in sys.modules}\n"
@@ -236,14 +236,14 @@ def test_hook_imports_standard_library_only(seeded):
 
 
 def test_subagent_reads_its_own_agent_notes(seeded, conn):
-    reviewer = scope.Scope(seeded["scope"].project, "reviewer")
+    reviewer = scope.Scope(seeded["scope"].project, "main/reviewer")
     store.remember(conn, "Reviewer note: flag every alembic downgrade in PRs.", reviewer, scope="agent", check_similar=False)
     p = claude_prompt(seeded["project"], "review this alembic downgrade change")
     out_main, _ = hook.run(["prompt-submit"], json.dumps(p).encode())
     p_sub = dict(p, agent_id="agent-7", agent_type="reviewer")
     out_sub, r = hook.run(["prompt-submit"], json.dumps(p_sub).encode())
     assert "Reviewer note" not in out_main and "Reviewer note" in out_sub
-    assert r["agent"] == "reviewer"
+    assert r["agent"] == "main/reviewer"
 
 
 def test_stdin_that_never_ends_is_cut_by_the_deadline(home, project):
@@ -274,7 +274,7 @@ def test_hook_path_avoids_heavy_stdlib_modules(seeded, event, data):
     """Every import on this path is paid on every prompt and tool call; these cost the most."""
     code = (
         "import sys, json\n"
-        "from recalld import hook\n"
+        "from recalld.hook import run as hook\n"
         f"out, r = hook.run([{event!r}], sys.stdin.buffer.read())\n"
         "assert r['outcome'] in ('injected', 'nothing'), r\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"

@@ -11,7 +11,7 @@ from recalld.core import drafts, receipts, scope
 from recalld.hook import run as hook
 from recalld.capture import policies, proposals
 from recalld import store
-from tests.conftest import run_recalld
+from tests.helpers import run_recalld
 
 TEXT = ("The exporter must write cents as integers, because float rounding lost a cent on "
         "refunds in the March reconciliation.")
@@ -40,7 +40,7 @@ def test_approve_writes_one_memory_through_the_store(conn, project):
     assert m["text"] == TEXT and m["kind"] == "constraint" and m["scope"] == "project"
     assert m["project"] == scope.resolve(str(project)).project and m["source"] == f"proposal:p{pid}"
     assert store.get(conn, m["id"]) == m
-    assert [c["action"] for c in store.history(conn, m["id"])[0]["changes"]] == ["created"]
+    assert [c["action"] for c in store.history(conn, m["id"], scope.resolve(str(project)))[0]["changes"]] == ["created"]
     p = proposals.get(conn, pid)
     assert p["state"] == "approved" and p["memory_id"] == m["id"]
     assert [(e["from_state"], e["to_state"]) for e in p["events"]] == [("pending", "approved")]
@@ -191,7 +191,7 @@ def test_concurrent_cli_approvals_write_one_memory(conn, project, home):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     pid, = make_drafts(conn, project)
     env = dict(os.environ, RECALLD_HOME=str(home), PYTHONPATH=str(REPO))

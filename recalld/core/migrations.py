@@ -1,7 +1,11 @@
 """Numbered schema migrations. Append new ones; never edit one that has shipped.
 
-PRAGMA user_version records the last applied number. Each migration runs in its own
-transaction, so a crash leaves the database at a whole version.
+PRAGMA user_version records the last applied number. db.ensure_schema applies every pending
+migration in one transaction (BEGIN IMMEDIATE, which also serialises concurrent first opens),
+not one per step: a failure or crash in any step leaves the store exactly as it was, at the
+version it had, never part way up (an upgrade from 3 that fails in 5 keeps 4's tables out
+too), so the release that wrote it can still open it. SQLite's DDL, ALTER TABLE and the
+user_version pragma included, is transactional.
 """
 
 MIGRATIONS: list[tuple[int, str, str]] = [

