@@ -4,6 +4,7 @@
 outside the standard library is imported; everything else goes to the click CLI.
 """
 
+import sqlite3
 import sys
 
 
@@ -13,6 +14,17 @@ def main() -> None:
         from recalld.hook.run import main as hook_main
 
         sys.exit(hook_main(argv[1:], exit_process=True))
-    from recalld.cli.main import cli
+    try:
+        from recalld.cli.main import cli
 
-    cli(prog_name="recalld")
+        cli(prog_name="recalld")
+    except (OSError, sqlite3.Error) as e:
+        # The last resort (the click group words what fails inside a command): one line, no traceback.
+        try:
+            from recalld.cli.common import explain
+
+            line = explain(e)
+        except Exception:
+            line = f"{type(e).__name__}: {e}"
+        sys.stderr.write(f"recalld: {line}\n")
+        sys.exit(1)

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import threading
 import time
 
@@ -400,3 +401,95 @@ def test_autostart_off_by_default(home, project):
     assert res.returncode == 0
     assert receipts.read(db.connect(), hook="session-start")[0]["detail"]["daemon"] == "disabled"
     assert autostart.running_pid() is None
+
+
+# --- the store deleted under a running daemon (issue 14, part 5) ---------------------------------
+
+
+def _prompt_line(session, i):
+    return (json.dumps({"type": "user", "sessionId": session, "cwd": "/tmp/p", "uuid": f"u-{session}-{i}",
+                        "timestamp": "2026-11-30T10:00:00Z", "message": {"role": "user", "content": f"word{i} here"}})
+            + "\n").encode()
+
+
+def test_store_deleted_under_the_daemon_is_reopened_and_counted(home, tmp_path):
+    configure()
+    root = tmp_path / "projects"
+    p = root / "-tmp-p" / "s1.jsonl"
+    p.parent.mkdir(parents=True)
+    with open(p, "ab") as f:
+        for i in range(3):
+            f.write(_prompt_line("s1", i))
+    dbp = home / "recalld.db"
+
+    def texts():
+        if not dbp.exists():
+            return []
+        c = db.connect(readonly=True)
+        try:
+            return [r[0] for r in c.execute("SELECT text FROM transcript_events WHERE kind = 'prompt' ORDER BY id")]
+        except sqlite3.Error:  # the new store, still being created
+            return []
+        finally:
+            c.close()
+
+    with Running(root) as d:
+        assert wait_for(lambda: len(texts()) == 3)
+        ino = os.stat(dbp).st_ino
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{dbp}{suffix}")
+            except FileNotFoundError:
+                pass
+        with open(p, "ab") as f:
+            for i in range(3, 6):
+                f.write(_prompt_line("s1", i))
+        # the lines written after the deletion are in the new store, each once, none lost
+        assert wait_for(lambda: texts() == [f"word{i} here" for i in range(3, 6)]), texts()
+        assert os.stat(dbp).st_ino != ino
+        assert d.store["reopened"] == 1 and d.store["last_reopen"]["why"] == "deleted"
+        assert d.tailer.stats["store_failed"] == 0
+        # status (the file the daemon writes, read the way `recalld daemon status` reads it)
+        assert wait_for(lambda: json.loads((home / "daemon" / "status.json").read_text()).get("store_reopened") == 1)
+        # an idle daemon notices too: delete again with nothing appended
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{dbp}{suffix}")
+            except FileNotFoundError:
+                pass
+        assert wait_for(lambda: d.store["reopened"] == 2, timeout=10)
+        with open(p, "ab") as f:
+            f.write(_prompt_line("s1", 6))
+        assert wait_for(lambda: texts() == ["word6 here"])
+    c = db.connect()
+    ev = [json.loads(r[0]) for r in c.execute("SELECT detail FROM daemon_events WHERE kind = 'store_reopened'")]
+    assert ev and ev[0]["why"] == "deleted"
+    log = [json.loads(line) for line in (home / "logs" / "daemon.log").read_text().splitlines()]
+    assert sum(e["event"] == "store_reopened" for e in log) == 2
+
+
+def test_store_that_cannot_be_reopened_stops_the_daemon_with_a_clear_status(home, tmp_path):
+    configure()
+    root = tmp_path / "projects"
+    root.mkdir()
+    d = daemon.Daemon(cfg=settings.load(), roots=[(root, "claude")])
+    th = threading.Thread(target=lambda: setattr(d, "code", d.run(install_signals=False)))
+    th.start()
+    try:
+        assert d.ready.wait(30)
+        dbp = home / "recalld.db"
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{dbp}{suffix}")
+            except FileNotFoundError:
+                pass
+        dbp.mkdir()  # a directory where the store was: nothing can open it
+        th.join(20)
+        assert not th.is_alive(), "the daemon kept running on a store it cannot open"
+    finally:
+        d.stop("test")
+        th.join(30)
+    assert d.code == 0
+    assert "cannot be reopened" in d.store["error"] and str(dbp) in d.store["error"]
+    snap = json.loads((home / "daemon" / "status.json").read_text())
+    assert snap["running"] is False and "cannot be reopened" in snap["store"]["error"]

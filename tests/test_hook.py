@@ -284,3 +284,37 @@ def test_hook_path_avoids_heavy_stdlib_modules(seeded, event, data):
                        capture_output=True, env=env)
     assert p.returncode == 0, p.stderr.decode()
     assert HEAVY & set(json.loads(p.stdout)) == set()
+
+
+def _grow_wal(home, project, pages):
+    """Leave a WAL of `pages` commits behind, the way hooks do (no close, no checkpoint)."""
+    code = ("import os, sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('PRAGMA wal_autocheckpoint = 0')\n"
+            "for i in range(int(sys.argv[2])):\n"
+            "    c.execute(\"INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES "
+            "('t', 'wal', 'x', 'whole', randomblob(3000))\")\n"
+            "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, str(home / "recalld.db"), str(pages)], check=True)
+    return os.path.getsize(str(home / "recalld.db") + "-wal")
+
+
+def test_hook_that_finds_a_large_wal_leaves_it_checkpointed(home, project, conn):
+    """Hooks exit without closing; alone, each next process would recover (re-read) the whole
+    WAL and never restart it. Past WAL_CLOSE_BYTES the run closes its connection, and the last
+    one out checkpoints and removes the WAL."""
+    conn.close()  # this test's connection would keep the WAL alive: the hook must be alone
+    wal = str(home / "recalld.db") + "-wal"
+    assert _grow_wal(home, project, 20) < hook.WAL_CLOSE_BYTES
+    p = run_recalld(["hook", "pre-tool"], payload(session_id="w", cwd=str(project), hook_event_name="PreToolUse",
+                                                   tool_name="Read", tool_input={"file_path": "a"}))
+    assert p.returncode == 0
+    assert os.path.getsize(wal) > 0  # small: kept, no close and no checkpoint
+    assert _grow_wal(home, project, 400) > hook.WAL_CLOSE_BYTES
+    p = run_recalld(["hook", "pre-tool"], payload(session_id="w", cwd=str(project), hook_event_name="PreToolUse",
+                                                   tool_name="Read", tool_input={"file_path": "a"}))
+    assert p.returncode == 0
+    assert not os.path.exists(wal) or os.path.getsize(wal) == 0
+    c = db.connect()
+    assert c.execute("SELECT count(*) FROM served WHERE session = 'wal'").fetchone()[0] == 420
+    assert [r["hook"] for r in receipts.read(c)][:2] == ["pre-tool", "pre-tool"]

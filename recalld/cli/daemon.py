@@ -25,6 +25,7 @@ def register(cli):
         """Run in the foreground until SIGTERM or Ctrl-C (logs: RECALLD_HOME/logs/daemon.log)."""
         from recalld.hook import autostart
         from recalld.daemon.log import log_path
+        from recalld.daemon.embedder import EmbedPass
         from recalld.daemon.service import Daemon
 
         pid = autostart.running_pid()
@@ -32,7 +33,7 @@ def register(cli):
             # exit status 3 (not 1): service managers are told not to restart on it
             click.echo(f"recalld: a daemon is already running (pid {pid})", err=True)
             sys.exit(3)
-        dm = Daemon(turn_end_hooks=turn_end_hooks())
+        dm = Daemon(turn_end_hooks=turn_end_hooks(), embedder=EmbedPass())
         click.echo(f"recalld daemon: pid {os.getpid()}, log {log_path()}", err=True)
         code = dm.run()
         if code == 3:
@@ -148,6 +149,12 @@ def _format(st: dict) -> str:
     if p:
         lines.append("passes this run: " + (", ".join(f"{k} {v}" for k, v in p.items() if v) or "none"))
     lines.append(f"passes recorded: {st.get('passes_recorded', 0)}")
+    store = st.get("store") or (st.get("last_run") or {}).get("store") or {}
+    if store.get("error"):
+        lines.append(f"store: {store['error']}")
+    elif store.get("reopened"):
+        lines.append(f"store: reopened {store['reopened']} time(s): the database file was deleted or replaced "
+                     f"(last {(store.get('last_reopen') or {}).get('time')}); events before that are not in it")
     err = st.get("last_error") or st.get("last_pass_error")
     if err:
         lines.append(f"last error: {err.get('time')}: {err.get('message') or err.get('error')}")

@@ -103,7 +103,8 @@ def pending_texts(conn: sqlite3.Connection, project: str) -> list[str]:
 
 def pending_for_session(conn: sqlite3.Connection, session: str, limit: int = 20) -> list[dict]:
     return [dict(r) for r in conn.execute(
-        f"""SELECT p.id, p.kind, p.text, p.why, p.pass_id, {STATE_SQL} AS state,
+        f"""SELECT p.id, p.kind, p.text, p.why, p.pass_id, p.source, p.window_from, p.window_to,
+                   {STATE_SQL} AS state,
                    (SELECT e.text FROM proposal_events e WHERE e.proposal_id = p.id AND e.text IS NOT NULL
                     ORDER BY e.id DESC LIMIT 1) AS edited_text
             FROM proposals p WHERE p.session = ? AND {UNDECIDED} ORDER BY p.id LIMIT ?""",
@@ -130,12 +131,16 @@ def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_
         pass_id = cur.lastrowid
         ids = []
         for d in drafts:
+            # A mined draft says where it was said (its line, or an error's line to its fix's);
+            # anything else keeps the pass's range.
+            line = getattr(d, "line", None)
+            w_from, w_to = (line, getattr(d, "line_to", None) or line) if line else (from_line, to_line)
             c = conn.execute(
                 """INSERT INTO proposals (time, session, project, agent, kind, text, why, confidence, model,
                                          pass_id, source, window_from, window_to, receipt_uid)
                    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (now, session, project, agent, d.kind, d.text, d.why or "", d.confidence, model, pass_id,
-                 source, from_line, to_line, r["uid"]))
+                 source, w_from, w_to, r["uid"]))
             ids.append(c.lastrowid)
         r["delivered"] = len(ids)
         r["delivered_ids"] = [f"p:{i}" for i in ids]
@@ -144,7 +149,8 @@ def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_
         receipts.insert(conn, r)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         r["delivered"], r["delivered_ids"] = 0, []
         r["detail"].pop("pass_id", None)
         r["detail"].pop("stored_ids", None)

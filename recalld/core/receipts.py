@@ -73,6 +73,12 @@ def record(conn: "sqlite3.Connection | None", r: dict, extra=None) -> str:
     went: "db" or "fallback". Never raises for a store problem."""
     if conn is not None:
         try:
+            if extra is None:
+                # Nothing else to write: the INSERT is its own transaction, so the write lock is
+                # held inside that one statement. Between a BEGIN and a COMMIT, a process the
+                # scheduler sets aside (30 hooks on 2 cores) holds it while every writer waits.
+                insert(conn, r)
+                return "db"
             conn.execute("BEGIN IMMEDIATE")
             try:
                 insert(conn, r)
@@ -81,7 +87,8 @@ def record(conn: "sqlite3.Connection | None", r: dict, extra=None) -> str:
                 conn.execute("COMMIT")
                 return "db"
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
         except Exception as e:  # locked, corrupt, read-only, missing table...
             reason = f"{type(e).__name__}: {e}"[:200]

@@ -95,9 +95,18 @@ def fill_from_result(r: dict, res) -> None:
         "threshold": getattr(res, "threshold", None),
         "model": getattr(res, "model", None),
         "model_ms": round(float(getattr(res, "model_ms", 0.0) or 0.0), 1),
+        "search_ms": round(float(getattr(res, "search_ms", 0.0) or 0.0), 1),
+        "embed_ms": round(float(getattr(res, "embed_ms", 0.0) or 0.0), 1),
         "judge_available": bool(getattr(res, "available", False)),
         "method": getattr(res, "method", None),
+        # which signals the judge's probabilities read, and why the embedding was missing
+        "signals": list(getattr(res, "signals", None) or []),
+        "embedder": getattr(res, "embedder", None),
+        "embed_error": getattr(res, "embed_error", None),
     })
+    for c, v in zip(r["detail"]["candidates"], cands):
+        if getattr(v, "detail", None):
+            c["signals"] = dict(v.detail)  # ql, gain, cos: numbers, no text
     if getattr(res, "load_ms", None) is not None:
         r["detail"]["load_ms"] = round(res.load_ms, 1)
 
@@ -136,7 +145,8 @@ def commit_pass(conn, r: dict, rows: list, cfg: dict) -> str:
             conn.execute("COMMIT")
             return "db"
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"[:200]

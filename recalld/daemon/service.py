@@ -34,13 +34,14 @@ import time
 from collections import deque
 from pathlib import Path
 
-from recalld.core import db, receipts, scope, settings
+from recalld.core import db, paths, receipts, scope, settings
 from recalld.daemon import needs, passes, tailer
 from recalld.daemon.lock import InstanceLock
 from recalld.daemon.log import open_log
 from recalld.hook import autostart
 
 MAX_TURN_EVENTS = 2000
+STORE_CHECK_S = 2.0  # how often an idle loop checks that the store's file is still the one it opened
 
 
 def _now() -> str:
@@ -49,7 +50,7 @@ def _now() -> str:
 
 class Daemon:
     def __init__(self, cfg: "dict | None" = None, roots: "list | None" = None, log=None,
-                 judge_fn=None, turn_end_hooks: tuple = ()):
+                 judge_fn=None, turn_end_hooks: tuple = (), embedder=None):
         self.cfg = cfg if cfg is not None else settings.load()
         d = self.cfg.get("daemon") or {}
         self.roots = [(Path(p), k) for p, k in (roots if roots is not None else tailer.default_roots(self.cfg))]
@@ -57,6 +58,8 @@ class Daemon:
         self.poll_s = float(d.get("poll_s", 2.0))
         self.stop_event = threading.Event()
         self.turn_end_hooks = tuple(turn_end_hooks)
+        # The embedding pass (recalld.daemon.embedder.EmbedPass), passed in by `daemon run`
+        self.embedder = embedder
         self.log, self._log_file = (log, None) if log is not None else open_log()
         self._judge_fn = judge_fn  # tests and benchmarks may pass their own pipeline entry
         self.lock = InstanceLock()
@@ -80,6 +83,11 @@ class Daemon:
         self._status_dirty = True
         self._status_written = 0.0
         self.ready = threading.Event()  # set once the first scan is stored
+        # The store file each thread opened, by (device, inode): deleting or replacing the
+        # database under a running daemon would otherwise leave it writing to unlinked files.
+        self.store = {"path": None, "reopened": 0, "last_reopen": None, "error": None}
+        self._store_ident: "tuple | None" = None
+        self._store_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -110,8 +118,12 @@ class Daemon:
         self.judge_worker = passes.JudgeWorker()
         if (self.cfg.get("daemon") or {}).get("preload_model", True) and self.judge_status.get("available"):
             self.judge_worker.submit(self._preload)
-        for name, target in (("recalld-loop", self._loop), ("recalld-passer", self._passer),
-                             ("recalld-turns", self._turn_worker)):
+        workers = [("recalld-loop", self._loop), ("recalld-passer", self._passer),
+                   ("recalld-turns", self._turn_worker)]
+        if self.embedder is not None:
+            workers.append(("recalld-embedder", lambda: self.embedder.serve(
+                self.stop_event, self._open_store, self._follow, self._touch, self.log)))
+        for name, target in workers:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -194,11 +206,14 @@ class Daemon:
     # --- the loop --------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        conn = db.connect()
+        conn, ident = self._open_store()
         try:
             d = self.cfg.get("daemon") or {}
             self.tailer = tailer.Tailer(conn, self.roots, recent_days=float(d.get("recent_days", 2)),
                                         live_s=float(d.get("live_s", 300)), log=self.log)
+            self._tail_ident = ident
+            self.tailer.before_write = self._follow_tailer  # checked before every batch's commit
+            store_checked = time.monotonic()
             self.watcher = tailer.Watcher(self.tailer, self.log)
             if not self.stop_event.is_set():
                 self.watcher.start()
@@ -211,15 +226,20 @@ class Daemon:
                         self.watcher.refresh()
                         self.tailer.take_dirty()  # the rescan covers them
                         for r in self.tailer.rescan():
-                            self._dispatch(conn, r)
+                            self._dispatch(self.tailer.conn, r)
                         self.detector.forget_idle()
                         next_scan = time.monotonic() + interval
                         self.ready.set()
                     for r in self.tailer.poll_many(sorted(self.tailer.take_dirty())):
-                        self._dispatch(conn, r)
+                        self._dispatch(self.tailer.conn, r)
+                    if time.monotonic() - store_checked >= STORE_CHECK_S:
+                        self._follow_tailer()  # an idle daemon notices too, and status says so
+                        store_checked = time.monotonic()
                     for need in self.detector.take_due():
-                        self._submit(conn, need)
+                        self._submit(self.tailer.conn, need)
                     self._write_status()
+                except StoreLost:
+                    break  # _follow said why and stopped the daemon
                 except Exception as e:
                     self._error(f"loop: {type(e).__name__}: {e}")
                     self.stop_event.wait(1.0)  # do not spin on a persistent failure
@@ -230,10 +250,11 @@ class Daemon:
                     timeout = min(timeout, due - now)
                 if self._status_dirty:
                     timeout = min(timeout, 1.0)
+                timeout = min(timeout, STORE_CHECK_S)
                 self.tailer.wake.wait(max(0.0, timeout))
                 self.tailer.wake.clear()
         finally:
-            conn.close()
+            (self.tailer.conn if self.tailer is not None else conn).close()
 
     def _dispatch(self, conn, r: "tailer.PollResult") -> None:
         if r.events or r.reset:
@@ -267,7 +288,7 @@ class Daemon:
     # --- passes ----------------------------------------------------------------------------------
 
     def _passer(self) -> None:
-        conn = db.connect()
+        conn, ident = self._open_store()
         try:
             while True:
                 with self._pass_lock:
@@ -278,7 +299,10 @@ class Daemon:
                     key = min(self._pass_pending, key=lambda k: self._pass_pending[k].due)
                     need = self._pass_pending.pop(key)
                 try:
+                    conn, ident = self._follow(conn, ident, "passer")
                     self.run_pass(conn, need)
+                except StoreLost:
+                    return
                 except Exception as e:  # run_pass writes its own receipt; this is a bug guard
                     self._error(f"pass: {type(e).__name__}: {e}")
         finally:
@@ -291,8 +315,10 @@ class Daemon:
 
         c = getattr(self, "_judge_conn", None)
         if c is None:
-            c = self._judge_conn = db.connect()
-        return judge.judge_need(c, need_text, sc, cfg)
+            self._judge_conn, self._judge_ident = self._open_store()
+        else:
+            self._judge_conn, self._judge_ident = self._follow(c, self._judge_ident, "judge")
+        return judge.judge_need(self._judge_conn, need_text, sc, cfg)
 
     def run_pass(self, conn: sqlite3.Connection, need: "needs.Need") -> dict:
         """One background pass; appends exactly one receipt and returns it."""
@@ -378,6 +404,62 @@ class Daemon:
             self.turns["dispatched"] += 1
             self._touch()
 
+    # --- the store under the daemon -------------------------------------------------------------
+
+    def _open_store(self) -> tuple:
+        conn = db.connect()
+        ident = _store_id()
+        with self._store_lock:
+            if self._store_ident is None:
+                self._store_ident = ident
+                self.store["path"] = paths.db_path()
+        return conn, ident
+
+    def _follow(self, conn, ident, who: str) -> tuple:
+        """(conn, ident) while the file at the store's path is the one conn opened; else a new
+        connection to the file there now (created and migrated anew when it is missing).
+        Raises StoreLost (and stops the daemon) when that cannot be opened."""
+        now = _store_id()
+        if now is not None and now == ident:
+            return conn, ident
+        try:
+            new = db.connect()
+        except (sqlite3.Error, OSError) as e:
+            msg = (f"the store at {paths.db_path()} was {'deleted' if now is None else 'replaced'} "
+                   f"and cannot be reopened: {type(e).__name__}: {e}")
+            with self._store_lock:
+                first = self.store["error"] is None
+                self.store["error"] = msg[:500]
+            if first:
+                self._error(msg)
+                self.stop("store lost")
+            raise StoreLost(msg) from e
+        new_ident = _store_id()
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
+        with self._store_lock:
+            counted = new_ident != self._store_ident  # one count per new file, whichever thread saw it
+            if counted:
+                self._store_ident = new_ident
+                self.store["reopened"] += 1
+                self.store["last_reopen"] = {"time": _now(), "why": "deleted" if now is None else "replaced",
+                                             "noticed_by": who}
+        if counted:
+            self.log.warning("store_reopened", path=paths.db_path(), why=self.store["last_reopen"]["why"],
+                             noticed_by=who, count=self.store["reopened"])
+            self._event("store_reopened", None, dict(self.store["last_reopen"]), new)
+            self._touch()
+        return new, new_ident
+
+    def _follow_tailer(self) -> None:
+        t = self.tailer
+        conn, self._tail_ident = self._follow(t.conn, self._tail_ident, "tailer")
+        if conn is not t.conn:
+            conn.execute("PRAGMA synchronous = NORMAL")  # the tailer's setting (see Tailer.__init__)
+            t.conn = conn
+
     # --- bookkeeping -----------------------------------------------------------------------------
 
     def _event(self, kind: str, session, detail: dict, conn=None) -> None:
@@ -420,6 +502,9 @@ class Daemon:
             "turns": dict(self.turns),
             "turn_end_hooks": [_name(f) for f in self.turn_end_hooks],
             "judge": dict(self.judge_status),
+            "embedder": self.embedder.snapshot() if self.embedder is not None else {"enabled": False},
+            "store_reopened": self.store["reopened"],
+            "store": dict(self.store),
             "last_error": self.last_error,
             "written_at": _now(),
         }
@@ -437,6 +522,19 @@ class Daemon:
             os.replace(tmp, p)
         except OSError as e:
             self.log.warning("status_not_written", error=str(e)[:200])
+
+
+class StoreLost(Exception):
+    """The store's file went away under the daemon and no new one could be opened at its path."""
+
+
+def _store_id() -> "tuple | None":
+    """(device, inode) of the file at the store's path now; None when there is none."""
+    try:
+        st = os.stat(paths.db_path())
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _name(fn) -> str:

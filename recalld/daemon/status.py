@@ -32,7 +32,8 @@ def status(conn: "sqlite3.Connection | None" = None, cfg: "dict | None" = None) 
     else:
         out["roots"] = [{"path": str(p), "agent": k, "exists": p.is_dir()} for p, k in tailer.default_roots(cfg)]
         if snap:
-            out["last_run"] = {k: snap.get(k) for k in ("started_at", "written_at", "passes", "last_error")}
+            out["last_run"] = {k: snap.get(k) for k in ("started_at", "written_at", "passes", "last_error",
+                                                        "store_reopened", "store")}
         try:
             from recalld.model.resolve import resolve
 

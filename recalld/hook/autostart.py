@@ -7,7 +7,6 @@ lock is released with its process; there is no stale pid file to clean up.
 """
 
 import os
-import subprocess
 import sys
 import time
 
@@ -71,6 +70,8 @@ def _read_pid() -> "int | None":
 
 def spawn(extra_env: "dict | None" = None) -> int:
     """Start `python -m recalld daemon run` fully detached; returns its pid. Never waits."""
+    import subprocess  # here, not above: every session-start imports this module, few spawn
+
     d = daemon_dir()
     os.makedirs(d, exist_ok=True)
     env = dict(os.environ)
