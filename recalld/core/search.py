@@ -8,6 +8,7 @@ floor, so an unrelated prompt injects nothing.
 """
 
 import math
+import os
 import re
 import sqlite3
 
@@ -36,7 +37,6 @@ MAX_FUZZY = 3
 BM25_WEIGHT = 0.15
 # For a prompt of at least LONG_PROMPT_TERMS informative terms, `score` is the larger of the
 # prompt's share covered and the memory's share mentioned.
-MEMORY_SIDE = True
 LONG_PROMPT_TERMS = 10
 SUBJECT_WEIGHT = 0.2
 # A threaded memory (migration 5) is read with the thread's previous memory, whose terms count
@@ -44,6 +44,13 @@ SUBJECT_WEIGHT = 0.2
 # conversation the answer ("cinnamon knots and a lemon tart") rarely repeats the question's words,
 # the turns before it do. Chosen on the LoCoMo development split (docs/evaluation.md, "Threads").
 THREAD_WEIGHTS = (0.8, 0.4)
+# A store of one, three or ten memories cannot tell an informative word from a common one
+# (every term it holds has its highest document frequency), so a term's document frequency is
+# blended with a background prior, counted as PRIOR_MEMORIES memories: wordprior.txt (generated
+# by scripts/gen_wordprior.py) holds how likely a memory-sized text is to contain each stem, in
+# English or in code. With n memories the store's own statistics weigh n / (n + PRIOR_MEMORIES).
+PRIOR_MEMORIES = 300
+PRIOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wordprior.txt")
 
 
 # Plain classes: `dataclasses` imports `inspect`, the single most expensive import on the
@@ -142,7 +149,7 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
     terms = []
     for w, s, alts, fs in pairs:
         d = min(n_docs, df.get(s, 0) + sum(df.get(a, 0) for a in alts))
-        terms.append(QueryTerm(w, s, d, _idf(n_docs, d), alts=alts, forms=fs))
+        terms.append(QueryTerm(w, s, d, term_idf(n_docs, d, s, alts), alts=alts, forms=fs))
     # Words the store has never seen may be typos: correct the longest few (each correction
     # reads a slice of the vocabulary, so their number is bounded).
     unknown = sorted((t for t in terms if t.df == 0 and len(t.stem) >= FUZZY_MIN_LEN and t.stem.isalpha()),
@@ -152,7 +159,7 @@ def analyse(conn: sqlite3.Connection, text: str, stemmer: "Stemmer | None" = Non
         if alt is not None and alt[0] not in seen:
             seen.add(alt[0])
             t.stem, t.df, t.fuzzy = alt[0], alt[1], True
-            t.idf = _idf(n_docs, t.df)
+            t.idf = term_idf(n_docs, t.df, t.stem)
     # Long prompts: keep the most informative terms the store holds, and as many absent ones
     # (those still count against coverage: they say the store does not know this). Ranking all
     # of them by idf alone would keep only the absent ones, which have the highest idf.
@@ -172,8 +179,76 @@ def doc_freqs(conn: sqlite3.Connection, stems: list) -> dict:
         return dict(conn.execute(f"SELECT term, doc FROM memories_vocab WHERE term IN ({marks})", stems).fetchall())
 
 
-def _idf(n: int, df: int) -> float:
+def idf(n: int, df: int) -> float:
+    """The weight of a term held by `df` of `n` memories (BM25's idf, always positive)."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def term_idf(n: int, df: int, stem: str, alts: tuple = ()) -> float:
+    """A term's weight: its idf with the background prior blended in (PRIOR_MEMORIES memories
+    of which the prior's share hold it). A word's irregular forms add up, as their document
+    frequencies do. Without a readable table, the store's statistics alone."""
+    table = _PRIOR if _PRIOR is not None else _load_prior()
+    if not table:
+        return idf(n, df)
+    q = prior_of(stem, table)
+    for a in alts:
+        q += prior_of(a, table)
+    return idf(n + PRIOR_MEMORIES, df + PRIOR_MEMORIES * min(q, 1.0))
+
+
+_PRIOR = None  # the table's sorted "stem code" lines, read once per process; "" when unreadable
+
+
+def _load_prior() -> str:
+    global _PRIOR
+    try:
+        with open(PRIOR_PATH, encoding="ascii") as f:
+            text = f.read()
+    except (OSError, ValueError):
+        text = ""
+    start = 0
+    while text.startswith("#", start):
+        start = text.find("\n", start) + 1 or len(text)
+    _PRIOR = text[start:]
+    return _PRIOR
+
+
+def prior_of(stem: str, table: "str | None" = None) -> float:
+    """The prior probability that a memory holds `stem` (0.0 when the table does not list it).
+
+    The table is bisected as text: a prompt looks up a handful of stems, and a dict of all
+    21,950 took 9-20 ms to build on a shared 2-core machine, in every hook process."""
+    t = table if table is not None else (_PRIOR if _PRIOR is not None else _load_prior())
+    lo, hi = 0, len(t)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        a = t.rfind("\n", lo, mid) + 1 or lo
+        sp = t.find(" ", a)
+        if sp < 0:
+            return 0.0
+        key = t[a:sp]
+        if key == stem:
+            end = t.find("\n", sp)
+            try:
+                return 10 ** (-int(t[sp + 1:end if end >= 0 else len(t)]) / 10)
+            except ValueError:  # a damaged table weighs nothing rather than failing the search
+                return 0.0
+        if key < stem:
+            lo = t.find("\n", sp) + 1 or hi
+        else:
+            hi = a
+    return 0.0
+
+
+def prior_table() -> dict:
+    """The whole table as {stem: probability} (for tests and measurements, not the search)."""
+    t = _PRIOR if _PRIOR is not None else _load_prior()
+    out = {}
+    for line in t.splitlines():
+        stem, _, code = line.partition(" ")
+        out[stem] = 10 ** (-int(code) / 10)
+    return out
 
 
 def _closest_term(conn: sqlite3.Connection, stem: str) -> "tuple[str, int] | None":
@@ -260,9 +335,23 @@ def candidate_rows(conn: sqlite3.Connection, present: list, scope: Scope, candid
 
 def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 10,
            floor: float = 0.0, stemmer: "Stemmer | None" = None,
-           candidates: int = CANDIDATES) -> list[Hit]:
+           candidates: int = CANDIDATES, bm25_weight: float = BM25_WEIGHT,
+           subject_weight: float = SUBJECT_WEIGHT, thread_weights: tuple = THREAD_WEIGHTS,
+           weigh=None) -> list[Hit]:
+    """Current memories in `scope` for `query`, best first: at most `limit`, each with a
+    coverage `score` of at least `floor`.
+
+    The ranking's weights default to the shipped ones; they are parameters so that a
+    benchmark measures a variant through this function, not a copy of it
+    (recalld.bench.ablations). `thread_weights` has at most len(THREAD_WEIGHTS) entries (that
+    many earlier memories are read). `weigh(term) -> float`, when given, replaces each query
+    term's idf in the coverage score (the long-prompt rule's other memory terms keep theirs);
+    candidates are chosen by document frequency as always."""
     stemmer = stemmer or Stemmer(conn)
     terms, n_docs = analyse(conn, query, stemmer)
+    if weigh is not None:
+        for t in terms:
+            t.idf = weigh(t)
     present = [t for t in terms if t.df > 0]
     if not present:
         return []
@@ -271,7 +360,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     total_idf = sum(t.idf for t in terms) or 1.0
     best_bm = min((r["bm"] for r in rows), default=-1.0) or -1.0
     have_of = [set(r["terms"].split()) for r in rows]
-    long_prompt = MEMORY_SIDE and len(terms) >= LONG_PROMPT_TERMS
+    long_prompt = len(terms) >= LONG_PROMPT_TERMS
     mem_idf = _memory_idf(conn, have_of, terms, n_docs) if long_prompt else {}
     hits = []
     # Each term's stems as a set: `isdisjoint` runs in C, and this loop runs for every term of
@@ -287,7 +376,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
         via = []
         if earlier:
             for t, keys in missing:
-                for weight, prev in zip(THREAD_WEIGHTS, earlier):
+                for weight, prev in zip(thread_weights, earlier):
                     if not prev.isdisjoint(keys):
                         via.append(t)
                         got += weight * t.idf
@@ -313,7 +402,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, *, limit: int = 1
     # that subject rather than merely mentioning it.
     words = {t.word.lower() for t in terms} | {t.stem for t in terms}
     for h in hits:
-        h.rank = h.score + BM25_WEIGHT * (h.bm25 / best_bm) + (SUBJECT_WEIGHT if _names_subject(h.text, words) else 0.0)
+        h.rank = h.score + bm25_weight * (h.bm25 / best_bm) + (subject_weight if _names_subject(h.text, words) else 0.0)
     hits.sort(key=lambda h: -h.rank)
     return [h for h in hits if h.score >= floor][:limit]
 
@@ -376,18 +465,24 @@ def _memory_idf(conn, have_of: list, terms: list, n_docs: int) -> dict:
     out.update((k, v) for k, v in known.items() if k not in stop)
     for i in range(0, len(need), 500):
         for term, df in doc_freqs(conn, need[i:i + 500]).items():
-            out[term] = _idf(n_docs, df)
+            out[term] = term_idf(n_docs, df, term)
     return out
 
 
 _SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")
 
 
-def _names_subject(text: str, words: set) -> bool:
-    """True when the memory opens with a short `label:` (after an optional [bracketed]
-    prefix) and a query word is one of the label's words."""
+def subject_label(text: str) -> list:
+    """The words (lower case) of the short `label:` a memory opens with, after an optional
+    [bracketed] prefix ("Caroline: ...", "alembic: ..."); [] when there is none or it is
+    longer than three words."""
     m = _SUBJECT.match(text)
     if not m:
-        return False
+        return []
     label = tokens(m.group(1).lower())
-    return len(label) <= 3 and any(w in words for w in label)
+    return label if len(label) <= 3 else []
+
+
+def _names_subject(text: str, words: set) -> bool:
+    """True when a query word is one of the memory's subject label's words."""
+    return any(w in words for w in subject_label(text))
