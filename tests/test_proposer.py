@@ -1,6 +1,7 @@
-"""The proposer pass over the REAL transcripts with the REAL embedded model, the structural
-no-write guarantees, and planted secrets that must reach neither the database, the logs nor
-the receipts."""
+"""The proposer pass: candidates mined from what a turn said (decisions, corrections, errors and
+their fixes), each with its transcript line; the structural no-write guarantees; the REAL
+embedded model on the REAL transcripts; and planted secrets that must reach neither the
+database, the logs nor the receipts."""
 
 import ast
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from recalld.core import drafts, receipts, scope
 from recalld.hook import run as hook
-from recalld.capture import proposer
+from recalld.capture import mine, proposer
 from recalld.bench.planted import PLANTED, leaks, plant, secret_text  # one copy, shared with the benchmark
 from recalld import store
 from recalld.daemon import transcripts
@@ -96,6 +97,203 @@ def test_the_proposer_handle_cannot_write_memories(home, project):
     plain.close()
 
 
+# --- transcripts written for the cases -------------------------------------------------------
+
+
+class Session:
+    """A Claude Code transcript, one record per line, as the agent writes it."""
+
+    def __init__(self, path: Path, cwd: str, session: str = "s-test"):
+        self.path, self.cwd, self.session, self.n, self.lines = path, cwd, session, 0, []
+
+    def _add(self, rec: dict) -> int:
+        self.n += 1
+        rec.update(sessionId=self.session, cwd=self.cwd, uuid=f"u{self.n:04d}-0000", timestamp="2026-11-30T10:00:00Z")
+        self.lines.append(json.dumps(rec))
+        self.path.write_text("\n".join(self.lines) + "\n")
+        return self.n
+
+    def user(self, text: str) -> int:
+        return self._add({"type": "user", "message": {"role": "user", "content": text}})
+
+    def agent(self, text: str, end: bool = False) -> int:
+        return self._add({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
+                                                          "stop_reason": "end_turn" if end else None}})
+
+    def run(self, command: str, output: str, error: bool = False) -> int:
+        tid = f"t{self.n}"
+        self._add({"type": "assistant", "message": {"role": "assistant", "content": [
+            {"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}]}})
+        return self._add({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tid, "content": output, "is_error": error}]}})
+
+
+def _pass(path, **kw) -> "proposer.PassResult":
+    kw.setdefault("runtime", False)
+    return proposer.run_pass(str(path), origin="cli", **kw)
+
+
+def test_a_decision_with_its_reason_is_drafted_where_it_was_said(home, project, tmp_path):
+    # The issue's case: the agent says one short, clear decision and its cause.
+    t = Session(tmp_path / "s1.jsonl", str(project))
+    t.user("the nightly export job keeps failing, can you look?")
+    t.agent("Let me look at the export logs first.")
+    said = t.agent("The nightly export fails because the bucket has object lock; we decided to write each export "
+                   "under a dated key instead of overwriting latest.csv.", end=True)
+    res = _pass(t.path)
+    assert res.outcome == "stored", res.as_dict()
+    d = next(d for d in res.kept if "dated key" in d.text)
+    assert d.kind == "decision" and d.role == "agent" and d.line == said
+    assert "object lock" in d.text  # the reason stays with the decision
+    assert f"line {said}" in d.why and "uuid u" in d.why
+    assert not any("Let me look" in x.text for x in res.kept)
+    c = drafts.connect()
+    row = c.execute("SELECT * FROM proposals WHERE text = ?", (d.text,)).fetchone()
+    assert (row["window_from"], row["window_to"], row["source"]) == (said, said, str(t.path.resolve()))
+    # The block the agent sees at its next step says where each draft came from.
+    shown = drafts.pending_for_session(c, "s-test")
+    from recalld.hook import proposal_source
+
+    body = proposal_source._item("pb:1", shown).body
+    assert f"(said in s1.jsonl line {said})" in body
+    c.close()
+
+
+def test_a_user_correction_is_drafted_as_a_preference(home, project, tmp_path):
+    t = Session(tmp_path / "s2.jsonl", str(project))
+    said = t.user("No, we don't use yarn in this repo: always use pnpm, the lockfile is pnpm-lock.yaml.")
+    t.agent("Understood.", end=True)
+    res = _pass(t.path)
+    d = next(d for d in res.kept if "pnpm" in d.text)
+    # Repeating the user is the point here: not rejected as an echo of the request.
+    assert (d.kind, d.role, d.line) == ("preference", "user", said)
+
+
+def test_an_error_then_what_fixed_it_is_one_draft(home, project, tmp_path):
+    t = Session(tmp_path / "s3.jsonl", str(project))
+    t.user("run the tests")
+    err = t.run("pytest -q tests", "ImportError while importing test module\nE   ModuleNotFoundError: No module "
+                "named 'yaml'\nExit code 2", error=True)
+    t.agent("The tests import yaml but nothing installs it. Let me add pyyaml to the test extras in pyproject.toml:")
+    t.run("pip install -e '.[test]'", "Successfully installed pyyaml-6.0.2")
+    ok = t.run("pytest -q tests", "12 passed in 0.41s")
+    t.agent("All 12 tests pass now.", end=True)
+    res = _pass(t.path)
+    d = next(d for d in res.kept if d.role == "error")
+    assert d.text.startswith("`pytest -q tests`: ") and "No module named 'yaml'" in d.text and " → " in d.text
+    assert (d.line, d.line_to) == (err, ok)
+    assert "an error and what fixed it" in d.why
+
+
+def test_progress_and_praise_are_not_drafted(home, project, tmp_path):
+    t = Session(tmp_path / "s4.jsonl", str(project))
+    t.user("make the page nicer")
+    t.agent("I'll update the styles now. Let me check the remaining components first.")
+    t.agent("Perfect! The page now provides a modern, clean and seamless experience for users.")
+    t.agent("I've successfully updated all the components.", end=True)
+    res = _pass(t.path)
+    assert res.outcome == "nothing" and not res.drafts and res.statements >= 4
+
+
+def test_a_pass_reads_its_whole_turn_however_long(home, project, tmp_path):
+    # The old window kept 2,000 characters; a decision at the end of a long turn was never read.
+    t = Session(tmp_path / "s5.jsonl", str(project))
+    t.user("refactor the parser")
+    for i in range(60):
+        t.agent(f"Step {i} of the refactor touched another part of the parser module and its callers as planned.")
+    said = t.agent("We decided to keep the old tokenizer because the new one breaks escaped quotes in "
+                   "`config.toml`.", end=True)
+    res = _pass(t.path)
+    assert res.window_chars > 5000 and res.chunks >= 2 and res.statements >= 61
+    assert any(d.line == said and d.kind == "decision" for d in res.kept), res.as_dict()
+    assert res.to_line == said
+
+
+class BrokenModel:
+    """A runtime whose judgement fails: the pass must fall back to the cues, not fail."""
+
+    name, calls = "broken-test-model", 0
+
+    def logliks(self, context, continuations, timeout_s=None):
+        self.calls += 1
+        raise RuntimeError("model exploded halfway")
+
+
+def test_no_model_output_can_fail_a_pass(home, project, tmp_path):
+    t = Session(tmp_path / "s6.jsonl", str(project))
+    t.user("why is the build red?")
+    t.agent("The build is red because the CI image pins node 18; we decided to move CI to node 20 instead of "
+            "pinning the old image.", end=True)
+    model = BrokenModel()
+    res = _pass(t.path, runtime=model)
+    assert res.outcome == "stored" and res.error is None and model.calls == 1
+    assert res.model_error.startswith("RuntimeError") and res.judged == 0
+    rec = receipts.read(drafts.connect(), source="proposer")[0]
+    assert rec["outcome"] == "stored" and rec["detail"]["model_error"] == res.model_error
+
+
+def test_near_duplicates_of_memories_and_pending_drafts_are_dropped(home, project, tmp_path):
+    sc = scope.resolve(str(project))
+    conn = __import__("recalld.core.db", fromlist=["connect"]).connect()
+    store.remember(conn, "The dev server listens on port 4100 because 3000 is taken by the docs site.", sc,
+                   check_similar=False)
+    conn.close()
+    t = Session(tmp_path / "s7.jsonl", str(project))
+    t.user("start the app")
+    t.agent("The dev server listens on port 4100 because port 3000 is taken by the docs site.")
+    t.agent("We decided to run migrations at startup because the deploy has no separate migration step.", end=True)
+    res = _pass(t.path)
+    assert res.rejections.get("duplicate_memory") == 1
+    assert [d.text for d in res.kept] == ["We decided to run migrations at startup because the deploy has no "
+                                          "separate migration step."]
+    t2 = Session(tmp_path / "s8.jsonl", str(project), session="s-other")
+    t2.user("deploy it")
+    t2.agent("We decided to run migrations at startup because the deploy has no separate migration step!", end=True)
+    assert _pass(t2.path).rejections == {"duplicate_proposal": 1}
+
+
+def test_the_receipt_says_what_the_pass_read_drafted_and_rejected(home, project, tmp_path):
+    t = Session(tmp_path / "s9.jsonl", str(project))
+    t.user("set up the linter")
+    t.agent("We use ruff instead of flake8 because it is one tool for lint and format.")
+    t.agent("Short.", end=True)
+    res = _pass(t.path)
+    c = drafts.connect()
+    rec = receipts.read(c, source="proposer")[0]
+    d = rec["detail"]
+    assert (d["from_line"], d["to_line"], d["statements"], d["mined"], d["drafts"]) == (
+        1, 3, res.statements, res.candidates, len(res.drafts))
+    assert d["draft_lines"] == [x.line for x in res.drafts] and d["rejections"] == res.rejections
+    assert rec["delivered"] == len(res.stored_ids) and rec["withheld"] == len(res.rejected)
+    assert all(x.text not in json.dumps(rec) for x in res.drafts)  # counts and lines, never text
+    # The next pass reads only what is new: nothing.
+    again = _pass(t.path)
+    assert again.outcome == "nothing" and again.window_events == 0 and again.from_line == 4
+    c.close()
+
+
+def test_the_miner_reads_answers_reports_and_skips_the_harness(shared_transcripts):
+    events = list(transcripts.parse_file(str(TRANSCRIPTS / "spotter-subagent.jsonl")))
+    m = mine.mine([e for e in events if e.line_no <= 68])
+    roles = {sp.role for sp in m.spans}
+    assert "answer" in roles  # the user's answers to AskUserQuestion
+    assert not any("<command-" in sp.text or "Phase 1" in sp.text for sp in m.spans)  # slash-command body
+    assert all(sp.score >= mine.FLOOR for sp in m.spans)
+
+
+def test_without_a_model_the_pass_ranks_by_cues_and_says_why(home, shared_transcripts):
+    (home).mkdir(parents=True, exist_ok=True)
+    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
+    path = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
+    res = proposer.run_pass(str(path), origin="cli")
+    assert res.outcome in ("stored", "nothing") and "disabled" in res.model_error and res.judged == 0
+    c = drafts.connect()
+    assert drafts.cursor(c, str(path.resolve())) == res.to_line  # read: the cues drafted from it
+    rec = receipts.read(c, source="proposer")
+    assert "disabled" in rec[0]["detail"]["model_error"]
+    c.close()
+
+
 # --- the real model on the real transcripts ---------------------------------------------------
 
 
@@ -110,44 +308,51 @@ def runtime():
         pytest.fail(f"the embedded model must be available for these tests: {e}")
 
 
+def _words(text: str) -> set:
+    from recalld.capture import policies
+
+    return set(policies._WORD.findall(text.lower()))
+
+
 @pytest.mark.model
 def test_a_pass_over_a_real_transcript(home, runtime, shared_transcripts):
     path = TRANSCRIPTS / "spotter-subagent.jsonl"
     res = proposer.run_pass(str(path), origin="cli", runtime=runtime)
-    assert res.outcome in ("stored", "nothing"), res.error
-    assert res.model == runtime.name and res.model_ms > 0
-    assert 0 < res.window_chars <= 2000 and res.turns >= 1 and res.to_line == 96
-    assert len(res.drafts) <= 3
+    assert res.outcome == "stored", res.error
+    assert res.model == runtime.name and res.model_ms > 0 and res.judged > 0 and res.model_error is None
+    assert res.to_line == 96 and res.turns >= 1 and res.window_chars > 30_000  # all of it, not a window
     assert len(res.drafts) == len(res.stored_ids) + len(res.rejected)
+    events = list(transcripts.parse_file(str(path)))
+    said = _words(mine.mine(events).text)
+    from recalld.capture import policies
+
+    for d in res.kept:
+        assert not [w for w in policies._content_words(d.text) if w not in said], d.text  # every word was said
+        # ... on the line it names: the draft is in that record's text.
+        on_line = policies._norm(" ".join(e.text for e in events if e.line_no == d.line))
+        assert policies._norm(d.text if d.role != "error" else d.text.split(" → ")[0].split("`: ", 1)[-1]) \
+            in on_line, (d.line, d.text)
     c = drafts.connect()
     rows = [dict(r) for r in c.execute("SELECT * FROM proposals ORDER BY id")]
     assert [r["id"] for r in rows] == res.stored_ids
-    for row in rows:
-        assert row["session"] == res.session and row["model"] == runtime.name
+    assert all(r["session"] == res.session and r["model"] == runtime.name for r in rows)
     rec = receipts.read(c, source="proposer")
-    assert len(rec) == 1 and rec[0]["uid"] == res.receipt_uid
-    d = rec[0]["detail"]
-    assert (d["window_chars"], d["drafts"], d["rejections"], d["stored_ids"]) == (
-        res.window_chars, len(res.drafts), res.rejections, res.stored_ids)
-    assert d["model_ms"] > 0 and rec[0]["outcome"] == res.outcome
-    # Receipts stay payload-free: no window text, no draft text.
-    assert all(x.text not in json.dumps(rec[0]) for x in res.drafts if x.text)
-    # The next pass reads only what is new: nothing, and it needs no model call.
+    assert len(rec) == 1 and rec[0]["uid"] == res.receipt_uid and rec[0]["detail"]["judged"] == res.judged
     calls = runtime.calls
     again = proposer.run_pass(str(path), origin="cli", runtime=runtime)
     assert again.outcome == "nothing" and again.window_events == 0 and runtime.calls == calls
-    assert again.from_line == 97
     c.close()
 
 
 @pytest.mark.model
 def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime, shared_transcripts):
-    path = TRANSCRIPTS / "viewer-agent-test-hash-123.jsonl"
+    path = TRANSCRIPTS / "viewer-fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
     events = list(transcripts.parse_file(str(path)))
-    assert events[-1].kind == "turn_end"
-    turn = events[:-1]
+    ends = [i for i, e in enumerate(events) if e.kind == "turn_end"]
+    turn = events[ends[2] + 1: ends[3] + 1]  # the turn whose type check failed and was fixed
     res = proposer.run_pass(str(path), session=events[0].session, events=turn, origin="daemon", runtime=runtime)
-    assert res.outcome in ("stored", "nothing"), res.error
+    assert res.outcome == "stored", res.error
+    assert any(d.role == "error" and "TS2307" in d.text for d in res.kept), [d.text for d in res.kept]
     assert res.window_events == len(turn) and res.to_line == max(e.line_no for e in turn)
     c = drafts.connect()
     assert drafts.cursor(c, str(path.resolve())) == res.to_line
@@ -157,56 +362,6 @@ def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime, shared_trans
     from recalld.cli import daemon as daemon_cmds
 
     assert daemon_cmds.turn_end_hooks() == (proposer.on_turn_end,)
-
-
-@pytest.mark.model
-def test_a_turn_the_judge_preempted_is_drafted_again(home, runtime, monkeypatch, shared_transcripts):
-    # The judge stops a running draft (recalld.model.errors.LLMPreempted); the daemon hands each
-    # turn over once, so on_turn_end tries the pass again instead of losing the turn.
-    from recalld.model import runtime as llm
-    from recalld.model.errors import LLMPreempted
-
-    class Preempting:
-        """The real runtime, except that its first generation is preempted."""
-
-        def __init__(self, rt):
-            self.rt, self.generations = rt, 0
-
-        def __getattr__(self, name):
-            return getattr(self.rt, name)
-
-        def generate_json(self, *a, **kw):
-            self.generations += 1
-            if self.generations == 1:
-                raise LLMPreempted("generation stopped for an urgent call (the judge)")
-            return self.rt.generate_json(*a, **kw)
-
-    wrapped = Preempting(runtime)
-    monkeypatch.setattr(llm, "require_runtime", lambda role="judge", cfg=None: wrapped)
-    monkeypatch.setattr(proposer, "PREEMPT_WAIT_S", 0.0)
-    path = TRANSCRIPTS / "viewer-agent-test-hash-123.jsonl"
-    events = list(transcripts.parse_file(str(path)))[:-1]
-    res = proposer.on_turn_end(events[0].session, events)
-    assert wrapped.generations == 2 and res.outcome in ("stored", "nothing"), res.error
-    c = drafts.connect()
-    recs = receipts.read(c, source="proposer")
-    assert sorted((r["outcome"], r["error"]) for r in recs) == sorted(
-        [("skipped", proposer.PREEMPTED), (res.outcome, None)])
-    assert drafts.cursor(c, str(path.resolve())) == res.to_line
-    c.close()
-
-
-def test_without_a_model_the_pass_says_why_and_keeps_the_window(home, shared_transcripts):
-    (home).mkdir(parents=True, exist_ok=True)
-    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
-    path = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
-    res = proposer.run_pass(str(path), origin="cli")
-    assert res.outcome == "skipped" and "disabled" in res.error
-    c = drafts.connect()
-    assert drafts.cursor(c, str(path.resolve())) == 0  # not consumed: the next pass reads it
-    rec = receipts.read(c, source="proposer")
-    assert rec[0]["outcome"] == "skipped" and "disabled" in rec[0]["error"]
-    c.close()
 
 
 # --- planted secrets --------------------------------------------------------------------------
@@ -223,10 +378,10 @@ def test_planted_secrets_reach_neither_db_nor_logs_nor_receipts(home, tmp_path, 
     # The stop hook sees the agent's last message (with secrets) first.
     payload = {"session_id": session, "transcript_path": str(copy), "cwd": "/home/marco/projects/spotter",
                "permission_mode": "default", "hook_event_name": "Stop", "stop_hook_active": False,
-               "last_assistant_message": "Phoenix is up. " + secret_text()}
+               "last_assistant_message": "We decided to keep Phoenix on port 4000 because " + secret_text()}
     out, r = hook.run(["stop"], json.dumps(payload).encode())
     assert r["outcome"] in ("nothing", "injected")
-    # The CLI pass, the way a user runs it: the real model reads the window.
+    # The CLI pass, the way a user runs it: the real model judges what was mined.
     res = run_recalld(["propose", "--transcript", str(copy), "--json"], timeout=600)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -234,41 +389,27 @@ def test_planted_secrets_reach_neither_db_nor_logs_nor_receipts(home, tmp_path, 
     assert sum(data["redactions"].values()) >= len(PLANTED)
     assert not [k for k, v in PLANTED.items() if v in res.stdout.decode() + res.stderr.decode()]
 
-    # A model that echoes secrets back in its drafts: the policies must still catch them.
-    class EchoingModel:
-        name, n_ctx, calls = "echoing-test-model", None, 0
+    # A judge that fails with secrets in its message: the receipt must not carry them.
+    class Leaky:
+        name, calls = "leaky-test-model", 0
 
-        def generate_json(self, prompt, schema, max_tokens=256, timeout_s=20, system=None):
-            self.calls += 1
-            return {"memories": [
-                {"kind": "fact", "text": "Phoenix runs in the background with mix phx.server; " + secret_text(),
-                 "why": "it needs " + secret_text()[:200], "confidence": 0.9},
-                {"kind": "fact", "text": "The excerpt said: " + prompt[-900:], "why": "echo", "confidence": 0.9}]}
-
-    copy2 = tmp_path / "session2.jsonl"
-    plant(TRANSCRIPTS / "spotter-short.jsonl", copy2)
-    echo = proposer.run_pass(str(copy2), origin="cli", runtime=EchoingModel())
-    assert echo.outcome in ("stored", "nothing"), echo.error
-    assert echo.drafts and all(v not in d.text + d.why for d in echo.drafts for v in PLANTED.values())
-
-    # A pass that fails: its error message quotes a secret; the receipt must not.
-    class FailingModel(EchoingModel):
-        def generate_json(self, *a, **k):
-            raise RuntimeError("bad output: " + PLANTED["openai"] + " " + PLANTED["aws"])
+        def logliks(self, *a, **k):
+            raise RuntimeError("bad input: " + PLANTED["openai"] + " " + PLANTED["aws"])
 
     copy3 = tmp_path / "session3.jsonl"
-    plant(TRANSCRIPTS / "viewer-agent-test-hash-456.jsonl", copy3)
-    failed = proposer.run_pass(str(copy3), origin="cli", runtime=FailingModel())
-    assert failed.outcome == "error" and "REDACTED" in failed.error
+    plant(TRANSCRIPTS / "spotter-subagent.jsonl", copy3)
+    failed = proposer.run_pass(str(copy3), origin="cli", runtime=Leaky())
+    assert failed.outcome in ("stored", "nothing") and "REDACTED" in failed.model_error
+    assert all(v not in d.text + d.why for d in failed.drafts for v in PLANTED.values())
 
     # And a receipt that had to go to the fallback file (the database refused it).
     rfb = receipts.new("proposer", "test")
-    rfb["error"] = failed.error
+    rfb["error"] = failed.model_error
     receipts.append_fallback(rfb, "test")
 
     conn = sqlite3.connect(str(home / "recalld.db"))
     try:
-        assert conn.execute("SELECT count(*) FROM receipts WHERE source = 'proposer'").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM receipts WHERE source = 'proposer'").fetchone()[0] == 2
         assert conn.execute("SELECT count(*) FROM proposal_boundaries").fetchone()[0] == 1
         assert leaks(home, conn) == []
     finally:

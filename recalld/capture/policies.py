@@ -52,10 +52,16 @@ class Draft:
     why: str = ""
     confidence: "float | None" = None
     redactions: dict = field(default_factory=dict)
+    # Provenance of a mined span (recalld/capture/mine.py): who said it and where.
+    role: "str | None" = None  # user | agent | reasoning | answer | report | delegation | error
+    line: "int | None" = None
+    line_to: "int | None" = None
+    uuid: "str | None" = None
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "text": self.text, "why": self.why, "confidence": self.confidence,
-                "redactions": self.redactions}
+                "redactions": self.redactions, "role": self.role, "line": self.line, "line_to": self.line_to,
+                "uuid": self.uuid}
 
 
 @dataclass
@@ -201,7 +207,9 @@ def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) ->
     if d.confidence is not None and d.confidence < float(c["min_confidence"]):
         return "low_confidence"
     ratio = float(c["duplicate_ratio"])
-    if requests and _closest(text, list(requests))[0] >= ratio:
+    # What the user said is the point of a user's correction or preference; for anything else,
+    # repeating the request is not something learned.
+    if requests and d.role not in ("user", "answer") and _closest(text, list(requests))[0] >= ratio:
         return "echoes_request"
     if memories and _closest(text, list(memories))[0] >= ratio:
         return "duplicate_memory"

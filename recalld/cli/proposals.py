@@ -1,6 +1,9 @@
-"""`recalld proposals list|show|approve|edit|reject` and `recalld propose --transcript FILE`,
-plus the same decisions as MCP tools. Thin: the work is in recalld.proposals (decisions) and
-recalld.proposer (the pass)."""
+"""`recalld proposals list|show|approve|edit|reject|review|bulk` and `recalld propose
+--transcript FILE | --history`, plus the same decisions as MCP tools. Thin: the work is in
+recalld.capture.proposals (decisions), recalld.capture.proposer (the pass),
+recalld.capture.history (past sessions) and recalld.cli.review (the walk)."""
+
+import os
 
 import click
 
@@ -115,6 +118,8 @@ def register(cli):
             return
         click.echo(f"approved p{d.proposal['id']}")
         click.echo(f"remembered {fmt_memory(d.memory)}")
+        if d.redacted:
+            click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
         for m in d.superseded:
             click.echo(f"superseded {fmt_memory(m)}")
         if d.similar:
@@ -143,6 +148,8 @@ def register(cli):
             echo_json(d.as_dict())
         else:
             click.echo(f"edited {fmt_proposal(d.proposal, full=True)}")
+            if d.redacted:
+                click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
             click.echo(f"approve it with: recalld proposals approve {d.proposal['id']}")
 
     @proposals.command("reject")
@@ -162,15 +169,102 @@ def register(cli):
         else:
             click.echo(f"rejected p{d.proposal['id']}: {d.event['reason']}")
 
+    @proposals.command("review")
+    @click.option("--kind", type=click.Choice(KINDS), help="Only drafts of this kind.")
+    @click.option("--older-than", "older_than", metavar="AGE", help="Only drafts older than this (30d, 12h, 2w).")
+    @click.option("--session", help="Only drafts from this session.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
+    @click.option("--from-start", is_flag=True, help="Start at the oldest draft, not after the last one shown.")
+    def review_cmd(kind, older_than, session, all_projects, cwd, from_start):
+        """Walk the pending drafts one by one: approve, edit in $EDITOR, reject with a reason, skip, quit."""
+        from recalld.cli import review
+
+        conn = open_db()
+        project = None if all_projects else resolve_scope(cwd).project
+        rows = review.select(conn, project=project, session=session, kind=kind,
+                             older_than=review.parse_age(older_than))
+        if not rows:
+            click.echo("no drafts to review")
+            return
+        rows = review.order(rows, 0 if from_start else review.load_cursor(project))
+        done = review.walk(conn, rows, project=project)
+        left = len(review.select(conn, project=project, session=session, kind=kind,
+                                 older_than=review.parse_age(older_than)))
+        click.echo(f"\napproved {done['approved']}, edited {done['edited']}, rejected {done['rejected']}, "
+                   f"skipped {done['skipped']}; {left} pending"
+                   + ("; `recalld proposals review` goes on where this one stopped" if left else ""))
+
+    @proposals.command("bulk")
+    @click.argument("action", type=click.Choice(["approve", "reject"]))
+    @click.option("--kind", type=click.Choice(KINDS), help="Only drafts of this kind.")
+    @click.option("--older-than", "older_than", metavar="AGE", help="Only drafts older than this (30d, 12h, 2w).")
+    @click.option("--session", help="Only drafts from this session.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
+    @click.option("--reason", help="Why (required to reject).")
+    @click.option("--dry-run", is_flag=True, help="Only list what would be decided.")
+    @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+    @click.option("--json", "as_json", is_flag=True)
+    def bulk_cmd(action, kind, older_than, session, all_projects, cwd, reason, dry_run, yes, as_json):
+        """Approve or reject every pending draft that matches the filters (--kind, --older-than, --session)."""
+        from recalld.cli import review
+
+        if action == "reject" and not (reason or "").strip() and not dry_run:
+            raise Fail("bulk reject needs --reason: it is how the proposer's misses are studied")
+        conn = open_db()
+        project = None if all_projects else resolve_scope(cwd).project
+        rows = review.select(conn, project=project, session=session, kind=kind,
+                             older_than=review.parse_age(older_than))
+        if dry_run or not rows:
+            if as_json:
+                echo_json({"action": action, "matched": [p["id"] for p in rows], "decided": []})
+            else:
+                for p in rows:
+                    click.echo(fmt_proposal(p))
+                click.echo(f"{len(rows)} pending drafts match" + ("" if dry_run else "; nothing to do"))
+            return
+        if not yes and not click.confirm(f"{action} {len(rows)} drafts?", default=False, err=True):
+            raise Fail("nothing changed")
+        decided, errors = [], []
+        for p in rows:
+            try:
+                if action == "approve":
+                    d = lib.approve(conn, p["id"], actor="cli-bulk", check_similar=False)
+                else:
+                    d = lib.reject(conn, p["id"], reason, actor="cli-bulk")
+                decided.append(d.as_dict())
+            except (lib.ProposalError, store.StoreError) as e:
+                errors.append(str(e))
+        if as_json:
+            echo_json({"action": action, "matched": [p["id"] for p in rows], "decided": decided, "errors": errors})
+        else:
+            click.echo(f"{action}d {len(decided)} of {len(rows)} drafts" + (f"; {len(errors)} failed" if errors else ""))
+            for e in errors:
+                click.echo(f"  {e}")
+        if errors:
+            raise SystemExit(1)
+
     @cli.command("propose")
-    @click.option("--transcript", "transcript", required=True, type=click.Path(exists=True, dir_okay=False),
+    @click.option("--transcript", "transcript", type=click.Path(exists=True, dir_okay=False),
                   help="A Claude Code or Codex transcript (JSONL).")
     @click.option("--all", "whole", is_flag=True, help="Read the whole file, not only the part no pass has read.")
+    @click.option("--history", is_flag=True,
+                  help="Mine the project's past Claude Code and Codex sessions (resumable; what a pass read is not read again).")
+    @click.option("--project", "project_dir", type=click.Path(file_okay=False),
+                  help="With --history: the project (default: the current directory's).")
+    @click.option("--all-projects", is_flag=True, help="With --history: every project's sessions.")
+    @click.option("--since", metavar="DATE", help="With --history: sessions modified since (YYYY-MM-DD, or 30d, 2w).")
     @click.option("--json", "as_json", is_flag=True)
-    def propose_cmd(transcript, whole, as_json):
-        """Run one proposer pass over the unread part of a transcript (what the daemon runs)."""
+    def propose_cmd(transcript, whole, history, project_dir, all_projects, since, as_json):
+        """Run proposer passes: over the unread part of a transcript (what the daemon runs), or --history."""
         from recalld.capture import proposer
 
+        if history == bool(transcript):
+            raise Fail("give either --transcript FILE or --history")
+        if history:
+            _history(project_dir, all_projects, since, as_json)
+            return
         res = proposer.run_pass(transcript, origin="cli", whole=whole)
         if as_json:
             echo_json(res.as_dict())
@@ -180,6 +274,65 @@ def register(cli):
         click.echo(proposer.format_result(res))
         if res.outcome == "error":
             raise Fail(f"the pass failed: {res.error}")
+
+    def _history(project_dir, all_projects, since, as_json):
+        import sys
+        import time
+
+        from recalld.capture import history
+        from recalld.core import settings
+        from recalld.core.scope import resolve_project
+
+        cfg = settings.load()
+        try:
+            since_ts = history.parse_since(since)
+        except ValueError as e:
+            raise Fail(str(e))
+        project = None if all_projects else resolve_project(project_dir)
+        sessions = history.find_sessions(project, since_ts, cfg)
+        runtime = _history_runtime(cfg)
+        t0 = time.perf_counter()
+        results = []
+        from recalld.core import drafts
+
+        dconn = drafts.connect()
+        try:
+            with click.progressbar(sessions, label=f"mining {len(sessions)} sessions", file=sys.stderr,
+                                   item_show_func=lambda s: os.path.basename(s.path)[:40] if s else None) as bar:
+                for s in bar:
+                    results.append(history.mine_session(s, runtime=runtime, cfg=cfg, conn=dconn))
+        finally:
+            dconn.close()
+        secs = time.perf_counter() - t0
+        read = [m for m in results if m.passes]
+        rate = round(len(read) / (secs / 60), 1) if read and secs > 0 else None
+        summary = {"project": project, "since": since, "sessions": len(sessions), "sessions_read": len(read),
+                   "passes": sum(m.passes for m in results), "proposals": sum(m.proposals for m in results),
+                   "failed_passes": sum(m.errors for m in results), "seconds": round(secs, 1),
+                   "sessions_per_minute": rate, "model": getattr(runtime, "name", None) if runtime else None,
+                   "files": [{"path": m.path, "passes": m.passes, "proposals": m.proposals,
+                              "resumed_after_line": m.skipped_lines} for m in results]}
+        if as_json:
+            echo_json(summary)
+            return
+        where = "every project" if project is None else project
+        click.echo(f"{len(sessions)} sessions of {where}; {len(read)} had unread turns: {summary['passes']} passes, "
+                   f"{summary['proposals']} proposals in {secs:.1f} s"
+                   + (f" ({rate} sessions/min)" if rate else "")
+                   + ("" if runtime else "; no model, ranked by cues alone"))
+        if summary["proposals"]:
+            click.echo("review them: recalld proposals review")
+
+    def _history_runtime(cfg):
+        """The proposer's model, loaded once for the whole run; False (cues alone) when there is none."""
+        from recalld.model import runtime as llm
+        from recalld.model.errors import Unavailable
+
+        try:
+            return llm.require_runtime("proposer", cfg)
+        except Unavailable as e:
+            click.echo(f"no proposer model ({e}); ranking by cues alone", err=True)
+            return False
 
 
 def register_mcp(server):
