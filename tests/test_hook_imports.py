@@ -41,3 +41,26 @@ def test_the_same_run_with_its_sources_intact_answers(home, project):
             "tool_input": {"command": "git status"}}
     out, r = hook.run(["pre-tool"], json.dumps(data).encode())
     assert (out, r["outcome"], r["error"]) == ("", "nothing", None)
+
+
+def test_the_acts_that_skip_a_source_import_are_the_acts_it_answers_nothing():
+    from recalld.core import crystals
+    from recalld.hook import proposal_source
+
+    assert set(hook.CRYSTAL_ACTS) == set(crystals.ACTS)
+    assert set(hook.PROPOSAL_ACTS) == set(proposal_source.SHOW_ACTS) | {"stop"}
+
+
+def test_a_post_tool_without_crystals_or_drafts_imports_neither_source_nor_search(home, tmp_path):
+    import subprocess
+
+    data = {"cwd": str(tmp_path), "hook_event_name": "PostToolUse", "tool_name": "Read",
+            "tool_input": {"file_path": "x"}, "tool_response": "ok"}
+    code = ("import sys, io; from recalld.hook import run; "
+            "run.run(['post-tool'], sys.stdin.buffer.read()); "
+            "print(sorted(m for m in sys.modules if m.startswith(('recalld', 're', 'json'))))")
+    res = subprocess.run([sys.executable, "-c", code], input=json.dumps(data).encode(), capture_output=True,
+                         check=True)
+    loaded = res.stdout.decode()
+    for mod in ("recalld.core.search", "recalld.hook.proposal_source"):
+        assert mod not in loaded

@@ -7,7 +7,6 @@ could write a receipt. A bad value now falls back to its default, and load() nam
 that fell back so the hook's receipt can say so (`detail.settings_fallback`).
 """
 
-import copy
 import json
 import os
 
@@ -28,6 +27,9 @@ DEFAULTS: dict = {
     # tool acts (pre-tool/post-tool): crystals and the judge's queue share this
     "tool_budget_chars": 4000,
     "deadline_ms": 300,
+    # the semantic pre-step (recalld/hook/semantic.py): how long a prompt-submit hook waits for
+    # the daemon's fused ranking before it answers lexically; 0 switches the channel off
+    "semantic_wait_ms": 60,
     # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
     "receipt_hash": False,
     # the background pass
@@ -37,7 +39,8 @@ DEFAULTS: dict = {
     # gates, the re-ranked order chooses)
     "judge": {"threshold": 1.3, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
     "queue": {"expire_steps": 6, "expire_minutes": 30},
-    "models": {"judge": None, "proposer": None},
+    # models.embedder: a bundle directory or .zip (recalld.model.resolve), "off", or None (auto)
+    "models": {"judge": None, "proposer": None, "embedder": None},
     # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)
     "proposals": {"enabled": True, "max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
                   "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6, "window_chars": 2000,
@@ -62,11 +65,12 @@ RULES: dict = {
     "max_results": ("int", 1, 100), "floor": ("number", 0, 1),
     "boot_budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "tool_budget_chars": ("int", 0, AGENT_OUTPUT_CAP),
     # at least 1: 0 would switch the hook's deadline off (setitimer(0) disarms the timer)
-    "deadline_ms": ("int", 1, 60_000),
+    "deadline_ms": ("int", 1, 60_000), "semantic_wait_ms": ("int", 0, 60_000),
     "judge.threshold": ("number", -100, 100), "judge.max_candidates": ("int", 1, 50),
     "judge.max_pass": ("int", 0, 10), "judge.timeout_s": ("number", 0.1, 600),
     "queue.expire_steps": ("int", 1, 1000), "queue.expire_minutes": ("number", 0, 10_080),
     "models.judge": ("str?", None, None), "models.proposer": ("str?", None, None),
+    "models.embedder": ("str?", None, None),
     "proposals.max_drafts": ("int", 0, 20), "proposals.min_chars": ("int", 0, 10_000),
     "proposals.min_words": ("int", 0, 1000), "proposals.max_chars": ("int", 1, 10_000),
     "proposals.min_confidence": ("number", 0, 1), "proposals.duplicate_ratio": ("number", 0, 100),
@@ -149,11 +153,20 @@ def check(key: str, value) -> tuple:
     return value, None
 
 
+def _copied(v):
+    """A deep copy of plain JSON data (`copy` costs the hook an import of its own on every run)."""
+    if isinstance(v, dict):
+        return {k: _copied(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copied(x) for x in v]
+    return v
+
+
 def load(fallbacks: "list | None" = None) -> dict:
     """The defaults overlaid by settings.json. A value that fails its rule keeps the default;
     its dotted key is appended to `fallbacks` ("settings.json" when the file is unreadable or
     not a JSON object, "RECALLD_DEADLINE_MS" for a bad environment value). Never raises."""
-    merged = copy.deepcopy(DEFAULTS)
+    merged = _copied(DEFAULTS)
     bad: list = []
     try:
         with open(paths.settings_path(), encoding="utf-8") as f:
