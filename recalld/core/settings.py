@@ -29,15 +29,17 @@ DEFAULTS: dict = {
     "deadline_ms": 300,
     # the semantic pre-step (recalld/hook/semantic.py): how long a prompt-submit hook waits for
     # the daemon's fused ranking before it answers lexically; 0 switches the channel off
-    "semantic_wait_ms": 60,
+    # Off by default: measured on the coding dev set, the semantic path re-orders paraphrased
+    # needs but injects no more of them than the lexical floor (0.143 either way) and adds ~45 ms
+    # to a prompt at 100k memories (docs/architecture.md, "The semantic pre-step").
+    "semantic_wait_ms": 0,
     # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
     "receipt_hash": False,
     # the background pass
-    # judge.threshold: query-likelihood gain per need token (recalld.judge), calibrated for the
-    # embedded SmolLM2-135M on the LoCoMo dev split by recalld/bench/judge.py (docs/judge.md);
-    # max_pass: at most this many candidates pass per need (in recalld.rerank's order: the judge
-    # gates, the re-ranked order chooses)
-    "judge": {"threshold": 1.3, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
+    # judge.threshold: the probability that a memory answers the need (recalld.judge.calibrated),
+    # chosen leave-one-group-out by recalld/bench/fit_judge.py for the embedded SmolLM2-135M and
+    # all-MiniLM-L6-v2 (docs/judge.md); max_pass: at most this many of the most probable pass
+    "judge": {"threshold": 0.6, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
     "queue": {"expire_steps": 6, "expire_minutes": 30},
     # models.embedder: a bundle directory or .zip (recalld.model.resolve), "off", or None (auto)
     "models": {"judge": None, "proposer": None, "embedder": None},

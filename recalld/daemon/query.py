@@ -1,0 +1,238 @@
+"""The daemon's side of the semantic channel: answer the hook's pre-step question with the
+lexical ranking and the embedder's dense ranking fused.
+
+One thread (`recalld-query`), started by the service when there is an embedding pass. It waits
+for that pass to load the encoder (it shares it: no second copy of the weights), then listens
+on RECALLD_HOME/run/query.sock (recalld.hook.semantic says the protocol): the directory is
+made 0700 and must belong to this user, the socket is bound under a temporary name, made 0600
+and renamed into place, so there is no moment at which another user could connect. No encoder,
+no socket: the hook then sees `down` and answers lexically, as it did before this existed.
+
+A request names the scope the hook resolved (project, agent). The answer is computed for that
+scope only: the lexical side through core.search with that Scope, the dense side through
+model.vectors' VectorIndex with the same rule (core/scope.py's `where`, checked again in SQL
+for every id it returns), and the hook reads the ids back through its own scope filter too.
+
+Requests are answered one at a time: an answer takes one query embedding (~20 ms on one core)
+and two searches, and hook runs of different sessions rarely coincide; a hook that finds the
+daemon busy past its wait answers lexically.
+"""
+
+import json
+import os
+import socket
+import time
+
+from recalld.core import receipts
+from recalld.core.scope import Scope
+from recalld.core.search import search
+from recalld.hook import semantic
+from recalld.model import vectors
+
+ACCEPT_S = 0.5  # how often an idle server looks at the stop event
+READ_S = 1.0  # a client that connects and sends nothing is dropped after this
+MAX_REQUEST = 256 * 1024
+DENSE_K = 20  # dense candidates per question (the fusion reads the top few)
+
+# The fusion, fitted by recalld/bench/semantic.py on LoCoMo dev and the coding dev sets
+# (docs/architecture.md, "The semantic pre-step"). Two decisions, kept apart:
+# - the order: a memory's lexical ranking key (0 when lexical search did not find it) plus
+#   DENSE_WEIGHT x how far its cosine is above DENSE_BASE, only when no lexical hit covers
+#   STRONG_LEXICAL of the query (there the words already say which memory it is, and LoCoMo
+#   loses when the embedding re-orders them);
+# - what may be injected: what passes the lexical floor as before, plus the dense first
+#   choice alone when its cosine clears DENSE_FLOOR and stands DENSE_MARGIN above the next
+#   one (a paraphrase has one clear answer; an unrelated coding question is about equally
+#   close to many memories).
+# Fitted (recalld/bench/semantic.py, docs/architecture.md "The semantic pre-step"): the
+# embedding decides the order only below 0.27 coverage, about where the lexical floor (0.3)
+# says the words found nothing; a dense-only memory is injected only above 0.6 cosine, which
+# no unanswerable coding need of the dev sets reached with a 0.1 lead.
+DENSE_WEIGHT = 4.0
+DENSE_BASE = 0.0
+DENSE_FLOOR = 0.6
+DENSE_MARGIN = 0.1
+STRONG_LEXICAL = 0.27
+
+
+def fuse(lex: list, dense: list, floor: "float | None", limit: int, *, weight: float = DENSE_WEIGHT,
+         base: float = DENSE_BASE, dense_floor: float = DENSE_FLOOR, margin: float = DENSE_MARGIN,
+         strong: float = STRONG_LEXICAL) -> list:
+    """[(memory id, score, via)] best first, at most `limit`, only what may be injected at
+    `floor` (None: every candidate, for measuring the order). `lex` are search() Hits (found
+    at floor 0), `dense` (id, cosine) best first. The score is lexical coverage plus the dense
+    bonus (the receipt's figure); `via` is "lexical", "dense" or "both"."""
+    top_lex = max((h.score for h in lex), default=0.0)
+    use_dense = bool(dense) and top_lex < strong
+    cos = dict(dense) if use_dense else {}
+    gate = None
+    if use_dense:
+        first, c1 = dense[0]
+        c2 = dense[1][1] if len(dense) > 1 else 0.0
+        if c1 >= dense_floor and c1 - c2 >= margin:
+            gate = first
+    out = []
+    seen = set()
+    for h in lex:
+        seen.add(h.id)
+        c = cos.get(h.id)
+        bonus = weight * (c - base) if c is not None and c > base else 0.0
+        if floor is None or h.score >= floor or h.id == gate:
+            out.append((h.rank + bonus, h.id, h.score + bonus, "both" if bonus > 0 else "lexical"))
+    for mid, c in (dense if use_dense else ()):
+        if mid in seen or not (floor is None or mid == gate):
+            continue
+        bonus = weight * (c - base) if c > base else 0.0
+        out.append((bonus, mid, bonus, "dense"))
+    out.sort(key=lambda t: -t[0])
+    return [(mid, round(score, 4), via) for _, mid, score, via in out[:limit]]
+
+
+class QueryServer:
+    def __init__(self, embedder, cfg: "dict | None" = None):
+        self.embedder = embedder
+        self.cfg = cfg
+        self.index = None
+        self.state = {"enabled": True, "listening": False, "socket": None, "reason": None, "answered": 0,
+                      "errors": 0, "last_ms": None, "last_answer_at": None, "error": None}
+
+    def snapshot(self) -> dict:
+        return dict(self.state)
+
+    # --- the socket ----------------------------------------------------------------------------
+
+    def bind(self) -> socket.socket:
+        """The listening socket, reachable by this user only (see the module's docstring)."""
+        d, path = semantic.socket_dir(), semantic.socket_path()
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid():
+            raise OSError(f"{d} is not a directory of this user's")
+        os.chmod(d, 0o700)
+        tmp = os.path.join(d, f".query.{os.getpid()}.sock")
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(tmp)
+            os.chmod(tmp, 0o600)
+            s.listen(16)
+            os.replace(tmp, path)  # over a socket file left by a daemon that died (we hold the lock)
+        except BaseException:
+            s.close()
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self._inode = os.stat(path).st_ino
+        self.state.update(listening=True, socket=path)
+        return s
+
+    def unbind(self, s) -> None:
+        path = semantic.socket_path()
+        try:
+            s.close()
+        finally:
+            try:  # only our own file: a newer daemon's socket is left alone
+                if os.stat(path).st_ino == getattr(self, "_inode", None):
+                    os.unlink(path)
+            except OSError:
+                pass
+            self.state["listening"] = False
+
+    # --- the thread ----------------------------------------------------------------------------
+
+    def _encoder(self, stop):
+        """The embedding pass's encoder once it is loaded; None when it never will be."""
+        while not stop.is_set():
+            enc = self.embedder.encoder
+            if enc is not None:
+                return enc
+            st = self.embedder.state
+            if st.get("available") is False or (st.get("available") is not None and not st.get("running")):
+                self.state["reason"] = f"no embedder: {st.get('reason') or 'not loaded'}"
+                return None
+            stop.wait(0.1)
+        return None
+
+    def serve(self, stop, open_store, follow, log=None) -> None:
+        enc = self._encoder(stop)
+        if enc is None:
+            self.state["enabled"] = False
+            return
+        try:
+            s = self.bind()
+        except OSError as e:
+            self.state.update(enabled=False, reason=f"cannot listen: {type(e).__name__}: {e}"[:300])
+            if log is not None:
+                log.error("query_socket_failed", reason=self.state["reason"])
+            return
+        if log is not None:
+            log.info("query_listening", socket=self.state["socket"], model=enc.model)
+        conn, ident = open_store()
+        self.index = vectors.VectorIndex(enc.model, enc.dim)
+        s.settimeout(ACCEPT_S)
+        try:
+            while not stop.is_set():
+                try:
+                    c, _ = s.accept()
+                except socket.timeout:
+                    continue
+                try:
+                    try:
+                        conn, ident = follow(conn, ident, "query")
+                    except Exception as e:  # StoreLost: follow has stopped the daemon and said why
+                        self.state.update(enabled=False, reason=f"store lost: {e}"[:300])
+                        return
+                    self.handle(c, conn, enc)
+                finally:
+                    c.close()
+        finally:
+            self.unbind(s)
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def handle(self, c, conn, enc) -> None:
+        t0 = time.perf_counter()
+        try:
+            c.settimeout(READ_S)
+            buf = b""
+            while not buf.endswith(b"\n") and len(buf) <= MAX_REQUEST:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            req = json.loads(buf)
+            out = self.answer(conn, enc, req)
+        except Exception as e:  # a bad request or a failure here: say so, keep serving
+            self.state["errors"] += 1
+            self.state["error"] = f"{type(e).__name__}: {e}"[:300]
+            out = {"v": 1, "error": self.state["error"]}
+        out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        try:
+            c.sendall(json.dumps(out).encode("utf-8") + b"\n")
+        except OSError:
+            pass  # the hook gave up waiting: it has answered lexically
+        if "hits" in out:
+            self.state.update(answered=self.state["answered"] + 1, last_ms=out["ms"],
+                              last_answer_at=receipts.now_iso())
+
+    def answer(self, conn, enc, req: dict) -> dict:
+        text, project, agent = req["q"], req["project"], req["agent"]
+        if not (isinstance(text, str) and isinstance(project, str) and isinstance(agent, str)):
+            raise ValueError("q, project and agent must be strings")
+        limit = max(1, min(100, int(req.get("limit", 15))))
+        floor = float(req.get("floor", 0.3))
+        sc = Scope(project, agent)
+        t0 = time.perf_counter()
+        q = enc.embed_one(text)
+        embed_ms = (time.perf_counter() - t0) * 1000
+        lex = search(conn, text, sc, limit=limit, floor=0.0)
+        dense = vectors.dense_search(conn, q, sc, DENSE_K, model=enc.model, index=self.index)
+        return {"v": 1, "hits": [list(h) for h in fuse(lex, dense, floor, limit)],
+                "embed_ms": round(embed_ms, 2)}

@@ -1,0 +1,294 @@
+"""The semantic pre-step channel: the hook asks the daemon's query thread over a Unix socket
+and falls back to its lexical answer when the daemon is down, slow or broken; the socket's
+permissions; the scope the daemon answers for; the fusion's floor."""
+
+import json
+import os
+import socket
+import stat
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from recalld import store
+from recalld.core import db, scope, settings
+from recalld.core.search import search
+from recalld.daemon import query
+from recalld.hook import run as hook
+from recalld.hook import semantic
+from recalld.model import vectors
+
+P1, P2 = "/work/proj-one", "/work/proj-two"
+
+# Concept axes: a text is near every text that names a word of the same concept, whatever its
+# other words (a paraphrase, as far as this stand-in knows).
+CONCEPTS = [("cents", "price", "euros"), ("deploy", "production", "argo"), ("haiku",)]
+
+
+class ConceptEncoder:
+    model, dim = "concept@0", 8
+
+    def embed(self, texts, batch=32):
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            words = set(t.lower().replace("?", " ").replace(".", " ").split())
+            for k, c in enumerate(CONCEPTS):
+                if words & set(c):
+                    out[i, k] = 1.0
+            out[i, self.dim - 1] = 0.05  # every text a little alike, none the same
+            out[i] /= np.linalg.norm(out[i])
+        return out
+
+    def embed_one(self, text):
+        return self.embed([text])[0]
+
+
+class FakePass:
+    """What QueryServer reads of recalld.daemon.embedder.EmbedPass."""
+
+    def __init__(self, enc):
+        self.encoder = enc
+        self.state = {"available": True, "running": True, "reason": None}
+
+
+def _remember(conn, text, project=P1):
+    return store.remember(conn, text, scope.Scope(project, "main"), check_similar=False).memory["id"]
+
+
+@pytest.fixture
+def stored(conn):
+    settings.save({"semantic_wait_ms": 60})  # the channel is off by default
+    ids = {
+        "cents": _remember(conn, "Money is integer cents (BIGINT) plus an ISO currency code everywhere."),
+        "argo": _remember(conn, "Argo CD syncs ledgerly-prod from the infra/deploy repository."),
+        "pool": _remember(conn, "The database pool is a psycopg_pool.AsyncConnectionPool opened in the lifespan."),
+        "other": _remember(conn, "Money in this other project is stored as float price euros.", P2),
+    }
+    vectors.embed_pending(conn, ConceptEncoder())
+    return ids
+
+
+def _serve(server):
+    stop = threading.Event()
+    t = threading.Thread(target=server.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)),
+                         daemon=True)
+    t.start()
+    for _ in range(200):
+        if server.state["listening"] or not server.state["enabled"]:
+            break
+        time.sleep(0.01)
+    assert server.state["listening"], server.state
+    return stop, t
+
+
+@pytest.fixture
+def daemon(home, stored):
+    server = query.QueryServer(FakePass(ConceptEncoder()))
+    stop, t = _serve(server)
+    yield server
+    stop.set()
+    t.join(5)
+    assert not t.is_alive()
+
+
+def _prompt(text, cwd=P1, session="s1"):
+    return json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": text, "cwd": cwd,
+                       "session_id": session}).encode()
+
+
+def _hook(text, **kw):
+    out, r = hook.run(["prompt-submit", "--agent", "claude"], _prompt(text, **kw))
+    return out, r
+
+
+@pytest.fixture(autouse=True)
+def _projects(monkeypatch):
+    # fake cwds: the scope resolver's project is the directory itself outside git
+    monkeypatch.setattr(scope, "resolve", lambda cwd, payload=None: scope.Scope(cwd, "main"))
+
+
+# --- the channel ---------------------------------------------------------------------------
+
+
+def test_daemon_up_answers_semantically_with_a_paraphrase_lexical_search_misses(daemon, stored, conn):
+    text = "How should I write a price of 19.99 in the schema?"
+    assert not [h for h in search(conn, text, scope.Scope(P1, "main"), floor=0.3)]  # lexical: nothing
+    out, r = _hook(text)
+    assert r["detail"]["recall"] == "semantic", r["detail"]
+    assert r["delivered_ids"] == [f"m:{stored['cents']}"]
+    assert r["detail"]["via"] == ["dense"]
+    assert "integer cents" in out
+    for _ in range(100):  # counted after the answer is sent
+        if daemon.state["answered"]:
+            break
+        time.sleep(0.01)
+    assert daemon.state["answered"] == 1
+
+
+def test_daemon_down_is_the_lexical_answer_exactly(home, stored):
+    text = "Where is the AsyncConnectionPool opened?"
+    out, r = _hook(text)
+    assert r["detail"]["recall"] == "lexical-fallback: down"
+    settings.save({"semantic_wait_ms": 0})  # the channel off: today's hook
+    out_off, r_off = _hook(text, session="s2")
+    assert "recall" not in r_off["detail"]
+    assert out == out_off and r["delivered_ids"] == r_off["delivered_ids"] == [f"m:{stored['pool']}"]
+
+
+def test_a_socket_left_by_a_dead_daemon_is_down(home, stored):
+    os.makedirs(semantic.socket_dir(), mode=0o700)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(semantic.socket_path())
+    s.close()  # the file stays, nobody listens
+    _, r = _hook("Where is the AsyncConnectionPool opened?")
+    assert r["detail"]["recall"] == "lexical-fallback: down"
+    assert r["delivered_ids"] == [f"m:{stored['pool']}"]
+
+
+def _fake_daemon(reply):
+    """A listener at the real socket path that reads one request and calls reply(conn)."""
+    os.makedirs(semantic.socket_dir(), mode=0o700, exist_ok=True)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(semantic.socket_path())
+    s.listen(4)
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                return
+            c.recv(65536)
+            reply(c)
+            c.close()
+    threading.Thread(target=loop, daemon=True).start()
+    return s
+
+
+def test_a_daemon_that_sleeps_is_a_timeout_within_the_wait(home, stored):
+    settings.save({"semantic_wait_ms": 50})
+    s = _fake_daemon(lambda c: time.sleep(1.0))
+    try:
+        t0 = time.perf_counter()
+        _, r = _hook("Where is the AsyncConnectionPool opened?")
+        took = time.perf_counter() - t0
+    finally:
+        s.close()
+    assert r["detail"]["recall"] == "lexical-fallback: timeout"
+    assert r["outcome"] == "injected" and r["delivered_ids"] == [f"m:{stored['pool']}"]
+    assert took < 0.5
+
+
+@pytest.mark.parametrize("answer", [b"garbage\n", b'{"v": 1}\n', b'{"hits": [["x", 1]]}\n', b""])
+def test_a_garbage_answer_is_an_error(home, stored, answer):
+    s = _fake_daemon(lambda c: c.sendall(answer))
+    try:
+        _, r = _hook("Where is the AsyncConnectionPool opened?")
+    finally:
+        s.close()
+    assert r["detail"]["recall"] == "lexical-fallback: error"
+    assert r["delivered_ids"] == [f"m:{stored['pool']}"]
+
+
+def test_the_wait_never_passes_the_hook_deadline(home, stored):
+    settings.save({"semantic_wait_ms": 5000, "deadline_ms": 150})
+    s = _fake_daemon(lambda c: time.sleep(2.0))
+    try:
+        t0 = time.perf_counter()
+        _, r = _hook("Where is the AsyncConnectionPool opened?")
+        took = time.perf_counter() - t0
+    finally:
+        s.close()
+    assert r["detail"]["recall"] == "lexical-fallback: timeout" and r["outcome"] == "injected"
+    assert took < 0.15
+
+
+# --- access ----------------------------------------------------------------------------------
+
+
+def test_socket_and_directory_are_the_users_only(daemon):
+    path = semantic.socket_path()
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(semantic.socket_dir()).st_mode) == 0o700
+    assert not [n for n in os.listdir(semantic.socket_dir()) if n != semantic.SOCKET_NAME]  # no temp name left
+
+
+def test_the_socket_goes_when_the_daemon_stops(home, stored):
+    server = query.QueryServer(FakePass(ConceptEncoder()))
+    stop, t = _serve(server)
+    stop.set()
+    t.join(5)
+    assert not os.path.exists(semantic.socket_path())
+
+
+def test_no_encoder_no_socket(home):
+    p = FakePass(None)
+    p.state.update(available=False, running=False, reason="no weights")
+    server = query.QueryServer(p)
+    server.serve(threading.Event(), lambda: (db.connect(), None), lambda c, i, w: (c, i))
+    assert not server.state["enabled"] and "no weights" in server.state["reason"]
+    assert not os.path.exists(semantic.socket_path())
+
+
+def test_the_daemon_answers_for_the_scope_asked_only(daemon, stored, conn):
+    enc = ConceptEncoder()
+    got = daemon.answer(conn, enc, {"q": "a price in euros", "project": P1, "agent": "main", "limit": 10})
+    ids = [h[0] for h in got["hits"]]
+    assert stored["other"] not in ids and stored["cents"] in ids
+    got = daemon.answer(conn, enc, {"q": "a price in euros", "project": P2, "agent": "main", "limit": 10})
+    assert [h[0] for h in got["hits"]] == [stored["other"]]
+
+
+def test_the_hook_reads_the_ids_back_through_its_own_scope(home, stored):
+    # a daemon that answers another project's memory (and one that does not exist)
+    reply = json.dumps({"v": 1, "hits": [[stored["other"], 0.9, "dense"], [99999, 0.8, "dense"],
+                                         [stored["pool"], 0.5, "lexical"]]}).encode() + b"\n"
+    s = _fake_daemon(lambda c: c.sendall(reply))
+    try:
+        _, r = _hook("Where is the AsyncConnectionPool opened?")
+    finally:
+        s.close()
+    assert r["detail"]["recall"] == "semantic"
+    assert r["delivered_ids"] == [f"m:{stored['pool']}"]
+
+
+# --- the fusion's floor ----------------------------------------------------------------------
+
+
+def test_unrelated_prompts_inject_nothing_through_the_daemon(daemon):
+    _, r = _hook("Can you help me write a haiku about autumn leaves?")
+    assert r["detail"]["recall"] == "semantic"
+    assert r["outcome"] == "nothing" and r["delivered_ids"] == []
+
+
+def test_fuse_keeps_strong_lexical_order_and_needs_a_clear_dense_winner():
+    class H:
+        def __init__(self, id, score):
+            self.id, self.score, self.rank = id, score, score
+    lex = [H(1, 0.9), H(2, 0.7)]
+    # strong lexical coverage: the dense side does not re-order, nor add
+    assert [i for i, _, _ in query.fuse(lex, [(2, 0.95), (3, 0.9)], 0.3, 5)] == [1, 2]
+    # weak lexical coverage, many memories about equally close: nothing dense is admitted
+    assert query.fuse([H(1, 0.1)], [(5, 0.7), (6, 0.69), (7, 0.68)], 0.3, 5) == []
+    # one clear dense answer: admitted
+    assert [i for i, _, v in query.fuse([H(1, 0.1)], [(5, 0.8), (6, 0.5)], 0.3, 5)] == [5]
+
+
+def test_the_wait_setting_is_validated():
+    assert settings.check("semantic_wait_ms", 60) == (60, None)
+    assert settings.check("semantic_wait_ms", 0) == (0, None)
+    assert settings.check("semantic_wait_ms", -1)[1]
+    assert settings.check("semantic_wait_ms", "fast")[1]
+
+
+def test_fuse_orders_by_the_embedding_only_where_lexical_coverage_is_weak():
+    class H:
+        def __init__(self, id, score):
+            self.id, self.score, self.rank = id, score, score
+    weak = [H(1, 0.2), H(2, 0.1)]
+    assert [i for i, _, _ in query.fuse(weak, [(2, 0.5), (1, 0.1), (9, 0.3)], None, 5)] == [2, 9, 1]
+    strong = [H(1, 0.5), H(2, 0.1)]
+    assert [i for i, _, _ in query.fuse(strong, [(2, 0.5), (9, 0.3)], None, 5)] == [1, 2]
