@@ -14,6 +14,14 @@ def main() -> None:
         from recalld.hook.run import main as hook_main
 
         sys.exit(hook_main(argv[1:], exit_process=True))
+    if argv[:1] == ["mcp"]:
+        # An agent waits for tools/list at startup: answered before click or the SDK load
+        # (recalld/mcp_stdio.py); anything it does not parse goes on to the click command.
+        from recalld.mcp_stdio import main as mcp_main
+
+        rc = mcp_main(argv[1:])
+        if rc >= 0:
+            sys.exit(rc)
     try:
         from recalld.cli.main import cli
 

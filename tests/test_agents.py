@@ -179,13 +179,17 @@ def test_install_targets_come_from_the_adapters(monkeypatch, tmp_path):
 def test_transcript_roots_and_formats_come_from_the_adapters(monkeypatch, tmp_path):
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cc"))
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "cx"))
-    want = [(str(tmp_path / "cc" / "projects"), "claude"), (str(tmp_path / "cx" / "sessions"), "codex")]
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path / "gh"))
+    want = [(str(tmp_path / "cc" / "projects"), "claude"), (str(tmp_path / "cx" / "sessions"), "codex"),
+            (str(tmp_path / "gh" / ".gemini" / "tmp"), "gemini")]
     assert [(r, a.name) for a in agents.TRANSCRIPT_ADAPTERS for r in a.transcript_roots()] == want
     assert [(str(p), k) for p, k in tailer.default_roots()] == want
     assert transcripts.guess_format("/x/rollout-2026-01-01T00-00-00-abc.jsonl") == "codex"
     assert transcripts.guess_format("/x/s.jsonl", {"type": "session_meta", "payload": {}}) == "codex"
     assert transcripts.guess_format("/home/u/.codex/archived/s.jsonl") == "codex"
     assert transcripts.guess_format("/x/s.jsonl", {"type": "user", "message": {}}) == "claude"
+    assert transcripts.guess_format("/x/session-1.jsonl", {"sessionId": "s", "projectHash": "h"}) == "gemini"
+    assert transcripts.guess_format("/home/u/.gemini/tmp/proj/chats/session-1.jsonl") == "gemini"
 
 
 def test_each_parser_reads_its_own_records(tmp_path):
@@ -211,3 +215,79 @@ def test_hooks_readme_shows_each_agents_events_and_matcher():
         for native, _ in a.events:
             if native not in a.not_installed:
                 assert f"`{native}`" in text
+
+
+@pytest.mark.parametrize("a", HOOKED, ids=[a.name for a in HOOKED])
+def test_each_agent_says_which_channels_reach_its_model(a):
+    """Observed in the real clients (docs/install.md): the hook claims a delivery only where
+    the context arrives, and holds an act only where the client honours the hold."""
+    ours = {o for _, o in a.events} | set(a.own_events)
+    assert a.context_events <= ours and a.gate_events <= ours
+    for ev in a.gate_events:
+        out = a.gate_output(a.native_event(ev), "REASON")
+        assert "REASON" in out and out.endswith("\n")
+    block = a.context_output(a.native_event("prompt-submit"), "BLOCK")
+    assert "BLOCK" in block
+    want = {"claude": ({"session-start", "prompt-submit", "pre-tool", "post-tool", "stop"}, {"pre-tool"}),
+            "codex": ({"session-start", "prompt-submit", "pre-tool", "post-tool"}, {"pre-tool"}),
+            "gemini": ({"session-start", "prompt-submit", "post-tool"}, {"pre-tool"}),
+            "git": ({"commit"}, {"commit"})}[a.name]
+    assert (set(a.context_events), set(a.gate_events)) == want
+
+
+def test_gate_outputs_are_each_agents_deny():
+    claude = json.loads(claude_code.ADAPTER.gate_output("PreToolUse", "R"))
+    assert claude == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                             "permissionDecisionReason": "R"}}
+    assert json.loads(codex.ADAPTER.gate_output("PreToolUse", "R")) == claude
+    assert json.loads(gemini.ADAPTER.gate_output("BeforeTool", "R")) == {"decision": "deny", "reason": "R"}
+    assert git.ADAPTER.gate_output(None, "R") == git.GATE_MARK + "\nR\n"
+
+
+RECORDED = REPO / "tests" / "e2e" / "recorded" / "gemini-cli-0.61.0-session.jsonl"
+
+
+def test_gemini_parser_reads_a_chat_the_real_client_wrote(tmp_path):
+    """A chat Gemini CLI 0.61.0 wrote in an e2e run (paths renamed): session metadata, the
+    CLI's own $set block, a prompt that carries the session-start hook context, a model turn
+    written twice (first without, then with its tool call and result), the tool's
+    functionResponse, the answer."""
+    d = tmp_path / ".gemini" / "tmp" / "proj"
+    (d / "chats").mkdir(parents=True)
+    (d / ".project_root").write_text(str(tmp_path / "proj"))
+    (tmp_path / "proj").mkdir()
+    path = d / "chats" / "session-2026-12-01T08-57-69651bb3.jsonl"
+    path.write_bytes(RECORDED.read_bytes())
+    evs = list(transcripts.parse_file(path))
+    got = [(e.role, e.kind, e.tool, e.text[:36]) for e in evs]
+    assert got == [("user", "prompt", None, "Should we move to sqlite-utils 4 for"),
+                   ("assistant", "tool_call", "run_shell_command", "echo hi"),
+                   ("tool", "tool_result", "run_shell_command", "<untrusted_context>\nOutput: hi\nProce"),
+                   ("assistant", "text", None, "All set: nothing else to change.")]
+    assert evs[0].text == "Should we move to sqlite-utils 4 for the upsert change?"  # no hook context
+    assert {e.session for e in evs} == {"69651bb3-a709-4524-9932-05a7acee2929"}
+    assert {e.cwd for e in evs} == {str(tmp_path / "proj")}
+    # A second prompt closes the first turn (no record marks a turn's end).
+    st = transcripts.new_state(path)
+    for line in RECORDED.read_bytes().splitlines():
+        transcripts.parse_line(line, st)
+    more = gemini.parse_record({"id": "u2", "timestamp": "t", "type": "user", "content": [{"text": "next"}]}, st)
+    assert [e.kind for e in more] == ["turn_end", "prompt"]
+
+
+def test_gemini_folder_trust_follows_its_rules(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    monkeypatch.delenv("GEMINI_CLI_TRUST_WORKSPACE", raising=False)
+    monkeypatch.delenv("GEMINI_CLI_TRUSTED_FOLDERS_PATH", raising=False)
+    proj = tmp_path / "work" / "proj"
+    proj.mkdir(parents=True)
+    assert gemini.folder_trust(str(proj))[0] is None
+    (tmp_path / ".gemini").mkdir()
+    rules = tmp_path / ".gemini" / "trustedFolders.json"
+    rules.write_text(json.dumps({str(proj / "x"): "TRUST_PARENT"}))
+    assert gemini.folder_trust(str(proj))[0] is True
+    rules.write_text(json.dumps({str(tmp_path / "work"): "TRUST_FOLDER", str(proj): "DO_NOT_TRUST"}))
+    assert gemini.folder_trust(str(proj))[0] is False and gemini.folder_trust(str(tmp_path / "work"))[0] is True
+    assert gemini.folder_trust(str(proj), {"security": {"folderTrust": {"enabled": False}}})[0] is True
+    monkeypatch.setenv("GEMINI_CLI_TRUST_WORKSPACE", "true")
+    assert gemini.folder_trust(str(proj))[0] is True

@@ -196,9 +196,15 @@ def acts(home, project, cdir):
 
 
 def delivered(out: str) -> str:
+    """What reached the agent, whichever channel carried it: additionalContext, a held call's
+    reason (Claude Code / Codex permissionDecisionReason, Gemini CLI reason), git's plain text."""
     if not out:
         return ""
-    return json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    if not out.startswith("{"):
+        return out
+    o = json.loads(out)
+    h = o.get("hookSpecificOutput") or {}
+    return h.get("additionalContext") or h.get("permissionDecisionReason") or o.get("reason") or ""
 
 
 CASES = [
@@ -269,39 +275,70 @@ def test_crystals_are_found_from_a_subdirectory_of_the_repository(acts, conn):
     assert "RESET-ESSENCE" in delivered(out)
 
 
+def _git(repo, *args, env=None):
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=env)
+
+
 def test_git_commit_matches_the_staged_file_list_end_to_end(acts, home):
-    subprocess.run(["git", "-C", str(acts), "config", "user.email", "t@example.com"], check=True)
-    subprocess.run(["git", "-C", str(acts), "config", "user.name", "T"], check=True)
+    from recalld.agents import git as git_agent
+    from recalld.install.githook import git_hook_script
+
+    _git(acts, "config", "user.email", "t@example.com")
+    _git(acts, "config", "user.name", "T")
     (acts / "migrations").mkdir()
     (acts / "migrations" / "0004_users.sql").write_text("ALTER TABLE users ADD c int;\n")
     (acts / "notes.txt").write_text("unrelated\n")
-    subprocess.run(["git", "-C", str(acts), "add", "notes.txt"], check=True)
-    env = {"RECALLD_HOME": str(home)}
+    _git(acts, "add", "notes.txt")
+    e = dict(os.environ, RECALLD_HOME=str(home), PYTHONPATH=str(REPO))
     # Staged list without a migration: nothing fires.
-    e = dict(os.environ, **env, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-m", "recalld", "hook", "commit"], cwd=acts, capture_output=True, env=e)
     assert p.returncode == 0 and p.stdout == b""
-    subprocess.run(["git", "-C", str(acts), "add", "migrations"], check=True)
-    p = subprocess.run([sys.executable, "-m", "recalld", "hook", "commit"], cwd=acts, capture_output=True, env=e)
-    assert p.returncode == 0 and b"COMMIT-ESSENCE" in p.stdout and not p.stdout.startswith(b"{")
-    # Through a real `git commit` with a pre-commit hook calling recalld: the commit goes through
-    # and the crystal is printed to the committer.
+    # Through a real `git commit` with the pre-commit hook `recalld install git-hook` writes: the
+    # first commit with a migration is held once, before it exists, with the essence; the same
+    # commit again goes through; the next commit with a migration is held again.
     hookfile = acts / ".git" / "hooks" / "pre-commit"
-    hookfile.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} {sys.executable} -m recalld hook commit </dev/null\nexit 0\n")
+    hookfile.write_text(git_hook_script([sys.executable, "-m", "recalld"]))
     hookfile.chmod(0o755)
-    c = subprocess.run(["git", "-C", str(acts), "commit", "-q", "-m", "add users column"], capture_output=True, env=e)
-    assert c.returncode == 0, c.stderr
-    assert b"COMMIT-ESSENCE" in c.stdout + c.stderr
+    _git(acts, "add", "migrations")
+    head = _git(acts, "rev-parse", "-q", "--verify", "HEAD").stdout  # none yet: the first commit
+    c = _git(acts, "commit", "-q", "-m", "add users column", env=e)
+    out = c.stdout + c.stderr
+    assert c.returncode != 0 and b"COMMIT-ESSENCE" in out and git_agent.GATE_MARK.encode() in out, out
+    assert _git(acts, "rev-parse", "-q", "--verify", "HEAD").stdout == head  # no commit was made
+    c = _git(acts, "commit", "-q", "-m", "add users column, named in the message", env=e)
+    assert c.returncode == 0 and b"COMMIT-ESSENCE" not in c.stdout + c.stderr, c.stderr
+    (acts / "migrations" / "0005_more.sql").write_text("ALTER TABLE users ADD d int;\n")
+    _git(acts, "add", "migrations")
+    c = _git(acts, "commit", "-q", "-m", "more", env=e)
+    assert c.returncode != 0 and b"COMMIT-ESSENCE" in c.stdout + c.stderr
     from recalld.core import db
 
     cn = db.connect()
-    rows = cn.execute("SELECT act, outcome, delivered_ids FROM receipts WHERE hook = 'commit' ORDER BY id").fetchall()
-    assert [tuple(r) for r in rows] == [("commit", "nothing", "[]"), ("commit", "injected", '["c:schema"]'),
-                                        ("commit", "injected", '["c:schema"]')]
-    # A commit has no agent session: it rotates per project.
-    sessions = {r[0] for r in cn.execute("SELECT session FROM served")}
+    rows = cn.execute("SELECT act, outcome, delivered_ids, json_extract(detail, '$.gated') FROM receipts "
+                      "WHERE hook = 'commit' ORDER BY id").fetchall()
+    assert [tuple(r) for r in rows] == [("commit", "nothing", "[]", None), ("commit", "injected", '["c:schema"]', '["schema"]'),
+                                        ("commit", "nothing", "[]", None), ("commit", "injected", '["c:schema"]', '["schema"]')]
+    # A commit has no agent session: it rotates per project, and a hold is remembered per HEAD.
+    sessions = {r[0] for r in cn.execute("SELECT session FROM served WHERE item NOT LIKE 'gate:%'")}
     assert sessions == {f"git:{acts.resolve()}"}
+    holds = [r[0] for r in cn.execute("SELECT session FROM served WHERE item = 'gate:c:schema' ORDER BY id")]
+    assert len(holds) == 2 and holds[0] == f"git:{acts.resolve()}@{head.decode().strip()}" and holds[0] != holds[1]
     cn.close()
+
+
+def test_a_context_crystal_never_holds_a_commit(home, project, cdir):
+    from recalld.install.githook import git_hook_script
+
+    put(cdir, "ctx", on="commit", match="schema.sql", essence="⛔ CONTEXT-ESSENCE", extra="deliver: context\n")
+    _git(project, "config", "user.email", "t@example.com")
+    _git(project, "config", "user.name", "T")
+    (project / "schema.sql").write_text("create table t (a int);\n")
+    _git(project, "add", "schema.sql")
+    hookfile = project / ".git" / "hooks" / "pre-commit"
+    hookfile.write_text(git_hook_script([sys.executable, "-m", "recalld"]))
+    hookfile.chmod(0o755)
+    c = _git(project, "commit", "-q", "-m", "schema", env=dict(os.environ, RECALLD_HOME=str(home), PYTHONPATH=str(REPO)))
+    assert c.returncode == 0 and b"CONTEXT-ESSENCE" in c.stdout + c.stderr, c.stderr
 
 
 def test_stale_crystal_is_withheld_and_counted(home, project, cdir, conn):
@@ -341,8 +378,8 @@ def test_crystals_and_the_judge_queue_share_the_budget(home, project, cdir, conn
     from recalld.core import scope
     from recalld import store
 
-    for i in range(5):
-        put(cdir, f"c{i}", match="deploy", essence="⛔ crystal " + "x" * 1900)
+    for i in range(5):  # context crystals: a gate would hold the call with the crystals alone
+        put(cdir, f"c{i}", match="deploy", essence="⛔ crystal " + "x" * 1900, extra="deliver: context\n")
     m = store.remember(conn, "The staging database is restored nightly at 02:00 UTC.", scope.resolve(str(project)),
                        check_similar=False).memory
     conn.execute("INSERT INTO queue (time, session, memory_id, score) VALUES ('2000-01-01T00:00:00+00:00', ?, ?, 0.9)",
@@ -376,7 +413,9 @@ def _raw_act_text(name: str, inp: dict) -> "tuple[str, str] | None":
 
 def test_replaying_every_real_tool_call_fires_exactly_the_expected_crystals(home, project, cdir, conn, shared_transcripts):
     for i, k in enumerate(KEYS):
-        put(cdir, f"k{i:02d}", on="bash, write, delegate", match=k, essence=f"⛔ ESSENCE-{i:02d}", tell=f"tell {i}")
+        # context: a gate crystal passes silently once held in the session (tests below)
+        put(cdir, f"k{i:02d}", on="bash, write, delegate", match=k, essence=f"⛔ ESSENCE-{i:02d}", tell=f"tell {i}",
+            extra="deliver: context\n")
     calls = 0
     for path in sorted(TRANSCRIPTS.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -475,7 +514,7 @@ def test_lint_flags_a_key_that_matches_most_recent_acts(home, project, cdir, con
 
 def test_stats_from_receipts(home, project, cdir, conn):
     for i in range(4):
-        put(cdir, f"w{i}", match="deploy", essence="⛔ " + "z" * 1800, tell=f"tell {i}")
+        put(cdir, f"w{i}", match="deploy", essence="⛔ " + "z" * 1800, tell=f"tell {i}", extra="deliver: context\n")
     put(cdir, "never", match="nothing-matches-this", essence="⛔ never")
     for _ in range(3):
         hook.run(["pre-tool"], json.dumps(pre_tool(project, "Bash", {"command": "deploy"})).encode())

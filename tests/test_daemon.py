@@ -212,9 +212,9 @@ def embedded_judge_or_skip():
 @pytest.mark.model
 def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, shared_transcripts):
     embedded_judge_or_skip()
-    # Everything the judge scores passes (threshold far below any score): this test is about
+    # The judge's best passes whatever its probability (threshold 0): this test is about
     # the pipeline with the real model; the threshold's calibration is the judge's own tests.
-    configure(models={"judge": None}, judge={"threshold": -1000.0, "max_candidates": 5, "timeout_s": 30})
+    configure(models={"judge": None}, judge={"threshold": 0.0, "max_candidates": 5, "timeout_s": 30})
     conn = db.connect()
     sc = scope.Scope(project=SPOTTER, agent="main")
     m1 = store.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first, then mix ecto.migrate",
@@ -237,8 +237,8 @@ def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, share
     det = r["detail"]
     assert det["judge_available"] and det["model"] and det["model_ms"] > 0
     assert r["candidates"] >= 1 and all(c["judge_score"] is not None for c in det["candidates"])
-    # the receipt says why the passed one was chosen: it is the first above the threshold by rank_score
-    above = sorted((c for c in det["candidates"] if c["judge_score"] >= det["threshold"]), key=lambda c: -c["rank_score"])
+    # the receipt says why the passed one was chosen: the most probable at or above the threshold
+    above = sorted((c for c in det["candidates"] if c["judge_score"] >= det["threshold"]), key=lambda c: -c["judge_score"])
     assert [c["id"] for c in det["candidates"] if c["passed"]] == [c["id"] for c in above[:1]]
     assert m1 in [q["memory_id"] for q in det["queued"]]
     rows = conn.execute("SELECT * FROM queue WHERE receipt_uid = ?", (r["uid"],)).fetchall()
@@ -362,8 +362,8 @@ def test_start_status_single_instance_kill_and_hooks_still_answer(home, project)
         assert res.returncode == 0
         rec = receipts.read(conn, hook=event)[0]
         assert rec["outcome"] in ("injected", "nothing"), rec
-    assert b"read-only" in run_recalld(["hook", "prompt-submit"], payload(
-        session_id="k1", cwd=str(project), hook_event_name="UserPromptSubmit",
+    assert b"read-only" in run_recalld(["hook", "prompt-submit"], payload(  # a new session: k1 has it already
+        session_id="k2", cwd=str(project), hook_event_name="UserPromptSubmit",
         prompt="alembic downgrade fails with OperationalError")).stdout
     st = json.loads(run_recalld(["daemon", "status", "--json"]).stdout)
     assert st["running"] is False

@@ -318,3 +318,33 @@ def test_hook_that_finds_a_large_wal_leaves_it_checkpointed(home, project, conn)
     c = db.connect()
     assert c.execute("SELECT count(*) FROM served WHERE session = 'wal'").fetchone()[0] == 420
     assert [r["hook"] for r in receipts.read(c)][:2] == ["pre-tool", "pre-tool"]
+
+
+def test_a_held_call_and_an_undelivered_event_stay_light(seeded):
+    """The gate's deny and the dropped-channel path are hook paths too (tests/test_delivery.py
+    for what they do); the crystal cache is warm, as it is after the first act."""
+    from recalld.cli.crystals import trust_folder
+
+    project = seeded["project"]
+    d = project / ".recalld" / "crystals"
+    d.mkdir(parents=True)
+    (d / "reset.md").write_text("crystal:\non: bash\nmatch: git reset\n\n<!-- crystal:essence -->\n⛔ stash first\n"
+                                "<!-- /crystal:essence -->\n")
+    trust_folder(str(project))
+    warm = {"session_id": "warm", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": "git reset --hard"}}
+    hook.run(["pre-tool"], json.dumps(warm).encode())
+    code = ("import sys, json\n"
+            "from recalld.hook import run as hook\n"
+            "held, r = hook.run(['pre-tool'], json.dumps(json.loads(sys.argv[1])).encode())\n"
+            "assert 'permissionDecision' in held and r['detail']['gated'] == ['reset'], (held, r)\n"
+            "out, r = hook.run(['stop'], json.dumps(json.loads(sys.argv[2])).encode())\n"
+            "assert out == '' and r['outcome'] == 'nothing', r\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n")
+    held = dict(warm, session_id="cold")
+    codex_stop = {"session_id": "c1", "cwd": str(project), "hook_event_name": "Stop", "turn_id": "t",
+                  "model": "gpt-5.5", "stop_hook_active": False, "last_assistant_message": "done"}
+    p = subprocess.run([sys.executable, "-S", "-c", code, json.dumps(held), json.dumps(codex_stop)],
+                       capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert p.returncode == 0, p.stderr.decode()
+    assert HEAVY & set(json.loads(p.stdout.decode().splitlines()[-1])) == set()

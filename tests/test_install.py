@@ -1,5 +1,6 @@
-"""Installing recalld into agents and git: merge, idempotence, exact removal, backups, bad files,
-and the installed commands actually running as the agent would run them."""
+"""Installing recalld into agents: merge, idempotence, exact removal, backups, bad files, the
+installed commands actually running as the agent would run them, doctor and the hooks/ files.
+Codex's config.toml and hook trust: test_install_codex.py; the git hook: test_install_git.py."""
 
 import json
 import os
@@ -13,7 +14,6 @@ import pytest
 
 from recalld.agents import claude_code, gemini
 from recalld.install import githook, plan as install, snippets
-from recalld.install import toml as tomlblock
 from recalld.core import receipts
 from tests.helpers import REPO, run_recalld
 
@@ -278,83 +278,6 @@ def test_installed_claude_commands_run_as_the_agent_runs_them(user, project):
     assert sorted(r["hook"] for r in recs) == ["pre-tool", "prompt-submit", "session-start"]
 
 
-# --- Codex ---------------------------------------------------------------------------------------
-
-CODEX_CONFIG = '''model = "gpt-5-codex"
-approval_policy = "on-request"
-
-[features]
-web_search_request = true
-
-[mcp_servers.github]
-command = "github-mcp-server"
-args = ["stdio"]
-
-[mcp_servers.github.env]
-GITHUB_TOKEN = "x"
-
-[profiles.fast]
-model = "gpt-5-mini"
-'''
-
-
-def test_codex_toml_block_round_trip(user, tmp_path, monkeypatch):
-    tomllib = pytest.importorskip("tomllib")
-    ch = tmp_path / "codex-home"
-    monkeypatch.setenv("CODEX_HOME", str(ch))
-    cfg = ch / "config.toml"
-    cfg.parent.mkdir(parents=True)
-    cfg.write_text(CODEX_CONFIG)
-    write_json(ch / "hooks.json", {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}})
-    hooks_before = (ch / "hooks.json").read_text()
-
-    res = run_recalld(["install", "codex", "--command", shlex.join(PREFIX)])
-    assert res.returncode == 0, res.stderr
-    text = cfg.read_text()
-    assert text.startswith(CODEX_CONFIG)  # the user's part untouched
-    parsed = tomllib.loads(text)
-    assert parsed["mcp_servers"]["recalld"] == {"command": PREFIX[0], "args": PREFIX[1:] + ["mcp"]}
-    assert parsed["mcp_servers"]["github"]["env"] == {"GITHUB_TOKEN": "x"}
-    assert parsed["profiles"] == {"fast": {"model": "gpt-5-mini"}}
-    ours = recalld_handlers(load(ch / "hooks.json"))
-    assert sorted(ours) == sorted(["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"])
-    for _, [(matcher, h)] in ours.items():
-        assert shlex.split(h["command"])[-2:] == ["--agent", "codex"] and isinstance(h["timeout"], int)
-    assert load(ch / "hooks.json")["hooks"]["Stop"][0] == {"hooks": [{"type": "command", "command": "say done"}]}
-    assert not (user / ".codex").exists()
-
-    before = (cfg.read_bytes(), (ch / "hooks.json").read_bytes())
-    res = run_recalld(["install", "codex", "--command", shlex.join(PREFIX)])
-    assert res.returncode == 0 and (cfg.read_bytes(), (ch / "hooks.json").read_bytes()) == before
-
-    res = run_recalld(["uninstall", "codex"])
-    assert res.returncode == 0, res.stderr
-    assert cfg.read_text() == CODEX_CONFIG
-    assert (ch / "hooks.json").read_text() == hooks_before
-
-
-def test_codex_refuses_a_hand_written_recalld_server(user):
-    pytest.importorskip("tomllib")
-    cfg = user / ".codex" / "config.toml"
-    cfg.parent.mkdir(parents=True)
-    hand = '[mcp_servers.recalld]\ncommand = "recalld"\nargs = ["mcp"]\n'
-    cfg.write_text(hand)
-    with pytest.raises(install.InstallError, match="outside recalld's marked block"):
-        install.install("codex", "user", command=PREFIX)
-    assert cfg.read_text() == hand and not (user / ".codex" / "hooks.json").exists()
-    cfg.write_text('model = "x"\n[broken\n')
-    with pytest.raises(install.InstallError, match="not valid TOML"):
-        install.install("codex", "user", command=PREFIX)
-
-
-def test_codex_block_with_awkward_paths_reads_back():
-    tomllib = pytest.importorskip("tomllib")
-    for prefix in (["/opt/my tools/recalld"], ['/weird"quote\\back/recalld'], ["/ünï/cödé/recalld"]):
-        text = "a = 1\n" + "\n" + tomlblock.toml_block(prefix)
-        assert tomllib.loads(text)["mcp_servers"]["recalld"]["command"] == prefix[0]
-        assert tomlblock.remove_toml_block(text) == "a = 1\n"
-
-
 # --- Gemini --------------------------------------------------------------------------------------
 
 
@@ -393,103 +316,6 @@ def test_gemini_older_layout_with_switches_inside_hooks(user):
     assert len(data["hooks"]["AfterAgent"]) == 2
     install.uninstall("gemini", "user")
     assert load(settings) == original
-
-
-# --- git pre-commit hook ---------------------------------------------------------------------------
-
-
-def git(repo, *args, check=True, env=None):
-    e = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t",
-             GIT_COMMITTER_EMAIL="t@x", PYTHONPATH=str(REPO))
-    if env:
-        e.update(env)
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=check, env=e,
-                          timeout=60)
-
-
-def commit_receipts():
-    from recalld.core import db
-
-    return receipts.read(db.connect(readonly=True), hook="commit")
-
-
-USER_HOOK = """#!/bin/sh
-# like husky and pre-commit, look at $0 to know which hook this is
-echo "ran as $(basename "$0") status=${HOOK_STATUS:-0}" >> "$(git rev-parse --git-dir)/user-hook.log"
-exit ${HOOK_STATUS:-0}
-"""
-
-
-def test_git_hook_chains_an_existing_hook_and_never_blocks(user, project):
-    hook = project / ".git" / "hooks" / "pre-commit"
-    hook.write_text(USER_HOOK)
-    hook.chmod(0o755)
-    res = run_recalld(["install", "git-hook", "--cwd", str(project), "--command", shlex.join(PREFIX)])
-    assert res.returncode == 0, res.stderr
-    chained = project / ".git" / "hooks" / githook.GIT_CHAINED
-    assert chained.read_text() == USER_HOOK and githook.GIT_MARKER in hook.read_text()
-
-    (project / "a.txt").write_text("a\n")
-    git(project, "add", "a.txt")
-    out = git(project, "commit", "-m", "one")
-    assert out.returncode == 0
-    log = (project / ".git" / "user-hook.log").read_text().splitlines()
-    assert log == ["ran as pre-commit status=0"]  # the user's hook ran, and still saw its own name
-    recs = commit_receipts()
-    assert len(recs) == 1 and recs[0]["act"] == "commit"
-
-    # the user's hook still decides: it fails, the commit fails, with its status
-    (project / "b.txt").write_text("b\n")
-    git(project, "add", "b.txt")
-    out = git(project, "commit", "-m", "two", check=False, env={"HOOK_STATUS": "3"})
-    assert out.returncode != 0
-    assert git(project, "rev-list", "--count", "HEAD").stdout.strip() == "1"
-    assert len(commit_receipts()) == 1  # recalld does not run for a commit that is not happening
-
-    # idempotent
-    before = hook.read_bytes()
-    assert not githook.install_git_hook(project, PREFIX)[0].changed and hook.read_bytes() == before
-
-    res = run_recalld(["uninstall", "git-hook", "--cwd", str(project)])
-    assert res.returncode == 0, res.stderr
-    assert hook.read_text() == USER_HOOK and os.access(hook, os.X_OK) and not chained.exists()
-
-
-def test_a_broken_or_missing_recalld_never_blocks_a_commit(user, project, tmp_path):
-    broken = tmp_path / "bin" / "recalld"
-    broken.parent.mkdir()
-    broken.write_text("#!/bin/sh\necho boom >&2\nexit 2\n")
-    broken.chmod(0o755)
-    commands = ([str(broken)], [str(tmp_path / "nowhere" / "recalld")], [sys.executable, "-m", "nosuchmodule"])
-    for i, command in enumerate(commands):
-        githook.install_git_hook(project, command)
-        f = project / f"f{i}.txt"
-        f.write_text("x\n")
-        git(project, "add", f.name)
-        assert git(project, "commit", "-m", f"commit {command}", check=False).returncode == 0
-    githook.uninstall_git_hook(project)
-    assert not (project / ".git" / "hooks" / "pre-commit").exists()
-
-
-def test_git_hook_honours_core_hooks_path_and_a_python_hook(user, project):
-    git(project, "config", "core.hooksPath", ".githooks")
-    hooks = project / ".githooks"
-    hooks.mkdir()
-    py = hooks / "pre-commit"
-    py.write_text(f"#!{sys.executable}\nimport pathlib, sys\n"
-                  "pathlib.Path('.git/py-hook.log').write_text(sys.argv[0])\n")
-    py.chmod(0o755)
-    sub = project / "sub"
-    sub.mkdir()
-    githook.install_git_hook(sub, PREFIX)
-    assert githook.GIT_MARKER in py.read_text() and not (project / ".git" / "hooks" / "pre-commit").exists()
-    (project / "c.txt").write_text("c\n")
-    git(project, "add", "c.txt")
-    assert git(project, "commit", "-m", "c").returncode == 0
-    assert (project / ".git" / "py-hook.log").exists()
-    assert len(commit_receipts()) == 1
-    status = githook.git_hook_status(project)
-    assert status["installed"] and status["chained"] and status["path"] == str(py)
 
 
 # --- doctor -----------------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ def _write_crystals(project, n: int, key: str = "deploy", size: int = 1400):
     d.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         (d / f"k{i:02d}.md").write_text(
-            f"crystal:\non: bash\nmatch: {key}, k{i:02d}-only\ntell: tell of k{i:02d}\n\n"
+            # context: rotation is what these show; a gate crystal is held once, then passes
+            f"crystal:\non: bash\nmatch: {key}, k{i:02d}-only\ntell: tell of k{i:02d}\ndeliver: context\n\n"
             f"<!-- crystal:essence -->\n⛔ claim k{i:02d}\n{'w' * (size + 37 * i)}\n<!-- /crystal:essence -->\n")
     from recalld.cli.crystals import trust_folder
 

@@ -245,9 +245,10 @@ def test_offsets_and_events_are_append_only(home, tmp_path, shared_transcripts):
 def test_default_roots_honour_env(monkeypatch, tmp_path):
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cc"))
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "cx"))
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path / "gh"))
     roots = tailer.default_roots({"daemon": {"roots": [str(tmp_path / "extra")]}})
     assert roots == [(tmp_path / "cc" / "projects", "claude"), (tmp_path / "cx" / "sessions", "codex"),
-                     (tmp_path / "extra", "custom")]
+                     (tmp_path / "gh" / ".gemini" / "tmp", "gemini"), (tmp_path / "extra", "custom")]
 
 
 def test_watcher_marks_appended_and_new_files(home, tmp_path, shared_transcripts):

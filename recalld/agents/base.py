@@ -10,6 +10,7 @@ Standard library only: the hook imports this module on every run (no dataclasses
 pathlib; plain classes with `__slots__`).
 """
 
+import json
 import re
 
 # recalld's own hook events (`recalld hook EVENT`); an adapter maps its native names onto these.
@@ -57,6 +58,13 @@ class Adapter:
     hooks_config_keys: tuple = ()  # keys the agent keeps inside `hooks` next to the events
     fallback = False  # a hook payload or transcript no adapter claims is taken to be this agent's
     parse_record = None  # (record: dict, st: ParseState) -> [Event], for agents with transcripts
+    # Our events whose context output (additionalContext, or git's plain text) reaches the model
+    # in this client, as the end-to-end tests observed (docs/install.md). The hook claims a
+    # delivery only at these; elsewhere it prints nothing and leaves queued items queued.
+    context_events: frozenset = frozenset()
+    # Our events at which the client lets a hook hold the act before it runs, with a reason the
+    # model reads (a crystal's `deliver: gate`).
+    gate_events: frozenset = frozenset()
 
     # --- the hook ---------------------------------------------------------------------------
 
@@ -75,6 +83,23 @@ class Adapter:
             if n == native:
                 return ours
         return None
+
+    def context_output(self, native_event: "str | None", block: str) -> str:
+        """What the hook prints to put `block` in the model's context."""
+        return json.dumps({"hookSpecificOutput": {"hookEventName": native_event or "",
+                                                  "additionalContext": block}}, ensure_ascii=False) + "\n"
+
+    def gate_output(self, native_event: "str | None", reason: str) -> str:
+        """What the hook prints to hold the act once, with `reason` for the model (gate_events)."""
+        raise NotImplementedError(f"{self.name} cannot hold an act")
+
+    def tool_input(self, tool_name: str, tool_input):
+        """A tool call's input in the fields the act classifier reads (payloads.tool_act)."""
+        return tool_input
+
+    def stop_text(self, payload: dict):
+        """The agent's last message at a turn end (the stop event)."""
+        return payload.get("last_assistant_message")
 
     # --- install ----------------------------------------------------------------------------
 
@@ -158,7 +183,7 @@ class ParseState:
     """What one file's parser carries from line to line."""
 
     __slots__ = ("source", "fmt", "session", "cwd", "agent", "line_no", "malformed", "tool_names",
-                 "open_turns", "last_prompt", "projects")
+                 "open_turns", "last_prompt", "projects", "seen")
 
     def __init__(self, source: str = "", fmt: "str | None" = None, session: "str | None" = None,
                  cwd: "str | None" = None, agent: str = "main", line_no: int = 0, malformed: int = 0):
@@ -173,6 +198,7 @@ class ParseState:
         self.open_turns: set = set()  # agents with events since their last turn end
         self.last_prompt: "str | None" = None  # Codex writes each prompt twice (response_item + event_msg)
         self.projects: dict = {}  # cwd -> project (the resolver walks the disk)
+        self.seen: set = set()  # what a parser already emitted, for formats that rewrite records
 
     def project_of(self, cwd: "str | None") -> "str | None":
         if not cwd:
@@ -185,6 +211,25 @@ class ParseState:
             except (OSError, ValueError):
                 self.projects[cwd] = cwd
         return self.projects[cwd]
+
+
+# Context blocks a client pastes into the prompt it then hands the prompt hook (Gemini CLI's
+# `-p` runs prefix the session-start context, inside <hook_context>, `<` and `>` escaped):
+# recalld's own words, never the request, so never searched.
+INJECTED_BLOCKS = (("<hook_context>", "</hook_context>"), ("<recalld>", "</recalld>"),
+                   ("&lt;recalld&gt;", "&lt;/recalld&gt;"))
+
+
+def strip_injected(text: str) -> str:
+    """The prompt without the hook-context blocks a client put into it."""
+    for start, end in INJECTED_BLOCKS:
+        while start in text:
+            i = text.index(start)
+            j = text.find(end, i)
+            if j < 0:
+                break
+            text = text[:i] + text[j + len(end):]
+    return text.strip()
 
 
 def clip(s: str, n: int = MAX_TEXT) -> str:

@@ -11,6 +11,7 @@ with subtype `turn_duration` or `stop_hook_summary` mark a turn end, and so does
 message whose `stop_reason` is `end_turn` (older versions).
 """
 
+import json
 import os
 
 from recalld.agents.base import Adapter, event as _ev, exit_code_error, text_of as _str, tool_summary
@@ -47,6 +48,12 @@ class ClaudeCode(Adapter):
     # Claude Code marks its payloads and transcripts with nothing the others lack: it is what
     # an unclaimed payload or transcript is taken to be.
     fallback = True
+    # Observed in 2.1.332: SessionStart and UserPromptSubmit context arrive with the prompt;
+    # PreToolUse context only after the tool ran (so a crystal that must come first gates);
+    # PostToolUse with the result; Stop context reaches the model and it takes another step.
+    context_events = frozenset({"session-start", "prompt-submit", "pre-tool", "post-tool", "stop"})
+    # A PreToolUse deny stops the call before it runs; the reason arrives as its tool_result.
+    gate_events = frozenset({"pre-tool"})
 
     def settings_files(self, scope, root):
         if scope == "project":
@@ -55,6 +62,9 @@ class ClaudeCode(Adapter):
 
     def mcp_entry(self, prefix):
         return {"type": "stdio", "command": prefix[0], "args": [*prefix[1:], "mcp"]}
+
+    def gate_output(self, native_event, reason):
+        return deny_output(native_event, reason)
 
     def install_notes(self, scope, hooks_file, hooks_data):
         if scope == "project":
@@ -66,6 +76,13 @@ class ClaudeCode(Adapter):
 
     def parse_record(self, o, st):
         return parse_record(o, st)
+
+
+def deny_output(native_event, reason: str) -> str:
+    """PreToolUse's deny (Claude Code, and Codex, which reads the same form)."""
+    return json.dumps({"hookSpecificOutput": {"hookEventName": native_event or "PreToolUse",
+                                              "permissionDecision": "deny",
+                                              "permissionDecisionReason": reason}}, ensure_ascii=False) + "\n"
 
 
 def _block_text(content) -> str:

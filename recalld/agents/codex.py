@@ -11,6 +11,7 @@ import os
 
 from recalld.agents.base import (BY_FIELD, MAX_TEXT, NOT_MINE, Adapter, event as _ev, exit_code_error,
                                  text_of as _str, tool_summary)
+from recalld.agents.claude_code import deny_output
 
 TURN_END_EVENTS = {"task_complete", "turn_complete"}
 _ITEM_TYPES = {"message", "reasoning", "function_call", "function_call_output",
@@ -44,17 +45,38 @@ class Codex(Adapter):
     pre_tool_matcher = "Bash|apply_patch|Edit|Write"
     hook_flag = "codex"
     mcp_format = "toml"
+    # Observed in 0.171.0: SessionStart and UserPromptSubmit context arrive as developer
+    # messages in the first request; PreToolUse context after the call ran, PostToolUse
+    # context with its output; Stop's additionalContext is ignored.
+    context_events = frozenset({"session-start", "prompt-submit", "pre-tool", "post-tool"})
+    # The PreToolUse deny in Claude Code's form stops the call; the reason arrives as its output.
+    gate_events = frozenset({"pre-tool"})
 
     def detect(self, payload):
         return BY_FIELD if "turn_id" in payload else NOT_MINE
+
+    def gate_output(self, native_event, reason):
+        return deny_output(native_event, reason)
+
+    def tool_input(self, tool_name, tool_input):
+        # apply_patch reaches PreToolUse with the whole patch in `command` (observed): it is
+        # what is being written, and its `*** Add File: ...` lines name the files.
+        if (tool_name or "").lower() == "apply_patch" and isinstance(tool_input, dict):
+            patch = tool_input.get("command")
+            if isinstance(patch, list):
+                patch = "\n".join(p for p in patch if isinstance(p, str))
+            if isinstance(patch, str) and "patch" not in tool_input:
+                return dict(tool_input, patch=patch, path=patch_paths(patch))
+        return tool_input
 
     def settings_files(self, scope, root):
         base = os.path.join(root, ".codex") if scope == "project" else home()
         return os.path.join(base, "hooks.json"), os.path.join(base, "config.toml")
 
     def install_notes(self, scope, hooks_file, hooks_data):
-        return ["Codex asks you to review and trust new hooks once: open /hooks in Codex. "
-                "Codex before 0.124 also needs `[features] codex_hooks = true` in config.toml."]
+        # Trust (Codex skips untrusted hooks) is install's to settle: recalld/install/codextrust.py.
+        return ["Codex before 0.124 also needs `[features] codex_hooks = true` in config.toml, "
+                "which recalld does not write."]
 
     def transcript_roots(self):
         return [os.path.join(home(), "sessions")]
@@ -68,6 +90,18 @@ class Codex(Adapter):
 
     def parse_record(self, o, st):
         return parse_record(o, st)
+
+
+PATCH_FILE_MARKS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+
+
+def patch_paths(patch: str) -> str:
+    """The files an apply_patch patch touches, one a line."""
+    out = []
+    for line in patch.splitlines():
+        if line.startswith(PATCH_FILE_MARKS):
+            out.append(line.split(": ", 1)[1].strip())
+    return "\n".join(out)
 
 
 def _parts_text(content) -> str:

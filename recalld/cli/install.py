@@ -159,7 +159,7 @@ def register(cli):
     @click.option("--dry-run", is_flag=True)
     @click.option("--json", "as_json", is_flag=True)
     def install_git_hook(cwd, command, dry_run, as_json):
-        """Add a pre-commit hook that offers `commit` notes and never blocks the commit.
+        """Add a pre-commit hook that offers `commit` notes; it stops a commit only to hold it once for a gate crystal.
         An existing pre-commit hook keeps running first, with its own exit status."""
         from recalld.install import githook, plan as lib
         from recalld.install.entries import InstallError
@@ -238,6 +238,8 @@ def _print_doctor(rep: dict) -> None:
                        (f", {a['mcp_file']}" if a["mcp_file"] != a["hooks_file"] else ""))
         for exe in a.get("missing_executables") or []:
             click.echo(f"  {'':12} {'':8} warning: {exe} is not there any more; run install again")
+        for problem in a.get("problems") or []:  # the client will not run them (recalld.install.plan.activity)
+            click.echo(f"  {'':12} {'':8} {problem}")
     g = rep["git_hook"]
     if not g.get("repository"):
         click.echo(f"  {'git-hook':12} {'':8} (not in a git repository)")

@@ -9,6 +9,7 @@ part that is ever delivered, fenced by two markers:
     match: git reset --hard, rm -rf  # plain substrings, case-insensitive
     tell: One line that carries the claim when the essence cannot fit.
     stale_after: 2027-03-25          # after this date it is withheld
+    deliver: gate                    # gate (default): hold a tool call or commit once; context
 
     <!-- crystal:essence -->
     ⛔ ...
@@ -50,7 +51,14 @@ ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
 FIELDS = ("on", "match", "tell", "stale_after", "deliver")
 BEGIN = "<!-- crystal:essence -->"
 END = "<!-- /crystal:essence -->"
-CACHE_VERSION = 3
+CACHE_VERSION = 4
+# `deliver:` values. gate: on a tool call or a commit the client runs as soon as the hook
+# returns, hold the act once per session with the essence as the reason, so the note arrives
+# before the act runs (seed 000); context: never hold, add the note to the context like any
+# item (in Claude Code and Codex that lands after the tool ran). `act` is the seed's word for
+# the act's own channel, read as gate.
+DELIVER = ("gate", "context")
+DELIVER_ALIASES = {"act": "gate"}
 SKIP_NAMES = {"readme.md"}
 # An essence is meant to be a few hundred chars; 64 KiB leaves room for the history around it
 # and keeps a planted 100 MB file from being read on every matching act.
@@ -70,11 +78,11 @@ class Crystal:
     every act and builds these only for the few crystals an act matches."""
 
     __slots__ = ("id", "path", "origin", "on", "match", "tell", "stale_after", "essence_chars", "claims",
-                 "unknown", "essence", "keys")
+                 "unknown", "essence", "keys", "deliver")
 
     def __init__(self, id: str, path: str, origin: str, on: tuple, match: tuple, tell: "str | None" = None,
                  stale_after: "str | None" = None, essence_chars: int = 0, claims: int = 0, unknown: tuple = (),
-                 essence: "str | None" = None, keys: "tuple | None" = None):
+                 essence: "str | None" = None, keys: "tuple | None" = None, deliver: str = "gate"):
         self.id, self.path, self.origin = id, path, origin
         self.on, self.match = tuple(on), tuple(match)  # match: the keys as written
         self.tell, self.stale_after = tell, stale_after  # stale_after: YYYY-MM-DD
@@ -82,6 +90,7 @@ class Crystal:
         self.unknown = tuple(unknown)  # binding fields this version does not know (lint reports them)
         self.essence = essence  # filled by parse_text; the cache does not keep it
         self.keys = tuple(keys) if keys else tuple(k.lower() for k in self.match)
+        self.deliver = deliver  # gate | context
 
     def __repr__(self) -> str:
         return f"Crystal({self.id!r}, origin={self.origin!r}, on={self.on!r}, match={self.match!r})"
@@ -98,13 +107,14 @@ class Crystal:
     def to_cache(self) -> dict:
         return {"id": self.id, "on": list(self.on), "match": list(self.match), "keys": list(self.keys),
                 "tell": self.tell, "stale_after": self.stale_after, "essence_chars": self.essence_chars,
-                "claims": self.claims, "unknown": list(self.unknown)}
+                "claims": self.claims, "unknown": list(self.unknown), "deliver": self.deliver}
 
     @classmethod
     def from_cache(cls, d: dict, path: str, origin: str) -> "Crystal":
         return cls(id=d["id"], path=path, origin=origin, on=d["on"], match=d["match"], tell=d.get("tell"),
                    stale_after=d.get("stale_after"), essence_chars=int(d.get("essence_chars") or 0),
-                   claims=int(d.get("claims") or 0), unknown=d.get("unknown") or (), keys=d.get("keys"))
+                   claims=int(d.get("claims") or 0), unknown=d.get("unknown") or (), keys=d.get("keys"),
+                   deliver=d.get("deliver") or "gate")
 
 
 class Failure:
@@ -217,9 +227,10 @@ def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
     match = _list(fields.get("match", ""))
     if not match and set(on) - {"boot"}:
         raise ParseError("`match:` is missing or empty (only a crystal bound to boot alone may omit it)")
-    deliver = fields.get("deliver", "act").lower()
-    if deliver != "act":
-        raise ParseError(f"`deliver: {deliver}` is not supported (only `act`)")
+    deliver = fields.get("deliver", "gate").lower()
+    deliver = DELIVER_ALIASES.get(deliver, deliver)
+    if deliver not in DELIVER:
+        raise ParseError(f"`deliver: {deliver}` is not supported (gate or context)")
     stale = fields.get("stale_after") or None
     if stale:
         try:
@@ -240,7 +251,7 @@ def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
     return Crystal(id=crystal_id(path), path=path, origin=origin, on=on, match=match,
                    tell=fields.get("tell") or None, stale_after=stale,
                    essence_chars=len(essence), claims=count_claims(essence),
-                   unknown=tuple(unknown), essence=essence)
+                   unknown=tuple(unknown), essence=essence, deliver=deliver)
 
 
 def _oversize(size: int) -> str:

@@ -425,6 +425,13 @@ def offsets(conn: sqlite3.Connection, limit: int = 50) -> list:
 class Watcher:
     """watchdog observer over the roots; marks transcripts dirty on the tailer.
 
+    A root that does not exist yet (a first install: `~/.claude/projects` appears with the
+    first session) is waited for: its nearest existing parent is watched, not recursively, and
+    when a directory on the way appears the watch moves down, until the root itself is
+    watched; then every transcript already under it is marked dirty, so the file the new
+    session is writing is read now (its events are live) instead of at the next rescan, after
+    the turn it could have helped has ended.
+
     Without watchdog (or when the OS refuses a watch) it reports mode "polling" and the
     daemon's periodic rescan does the work.
     """
@@ -434,8 +441,11 @@ class Watcher:
         self.log = log
         self.observer = None
         self.watched: set = set()
+        self.waiting: dict = {}  # existing parent directory -> its watch, for roots not there yet
         self.mode = "polling"
         self.error: "str | None" = None
+        self.attached = 0  # roots attached after the start (a root that appeared later)
+        self._lock = threading.RLock()
 
     def start(self) -> None:
         try:
@@ -444,17 +454,23 @@ class Watcher:
         except ImportError:
             self.error = "watchdog is not installed"
             return
-        tailer = self.tailer
+        tailer, watcher = self.tailer, self
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):
                 # "opened" / "closed_no_write" are reads (ours included): not a change
-                if event.is_directory or event.event_type not in WRITE_EVENTS:
+                if event.event_type not in WRITE_EVENTS:
                     return
                 for p in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
                     if isinstance(p, bytes):
                         p = os.fsdecode(p)
-                    if p:
+                    if not p:
+                        continue
+                    if event.is_directory:
+                        if watcher.waiting and watcher.leads_to_a_root(p):
+                            watcher.refresh()
+                    elif not watcher.waiting or watcher.under_a_root(p):
+                        # a parent's watch also sees its own files (~/.claude/history.jsonl)
                         tailer.mark(p)
 
         self._handler = Handler()
@@ -462,23 +478,68 @@ class Watcher:
         self.observer.daemon = True
         self.observer.start()
         self.mode = "watchdog"
-        self.refresh()
+        self.refresh(started=True)
 
-    def refresh(self) -> None:
-        """Watch roots that exist now (a root may appear after the daemon started)."""
+    def leads_to_a_root(self, path: str) -> bool:
+        """Is `path` a root not watched yet, or a directory on the way to one?"""
+        p = os.path.abspath(path).rstrip(os.sep) + os.sep
+        return any(str(r).rstrip(os.sep) + os.sep == p or str(r).startswith(p)
+                   for r, _ in self.tailer.roots if str(r) not in self.watched)
+
+    def under_a_root(self, path: str) -> bool:
+        p = os.path.abspath(path)
+        return any(p.startswith(r.rstrip(os.sep) + os.sep) for r in list(self.watched))
+
+    def refresh(self, started: bool = False) -> None:
+        """Watch roots that exist now, and wait on the nearest existing parent of the rest
+        (also called from the observer's thread when a directory on the way appears)."""
         if self.observer is None:
             return
-        for root, _kind in self.tailer.roots:
-            key = str(root)
-            if key in self.watched or not root.is_dir():
-                continue
-            try:
-                self.observer.schedule(self._handler, key, recursive=True)
-                self.watched.add(key)
-            except OSError as e:  # inotify watch limit, permissions
-                self.error = f"{key}: {e}"[:200]
-                if self.log:
-                    self.log.warning("watch_failed", root=key, error=self.error)
+        with self._lock:
+            wanted = set()
+            for root, _kind in self.tailer.roots:
+                key = str(root)
+                if key in self.watched:
+                    continue
+                if root.is_dir():
+                    if self._schedule(key, recursive=True) is not None:
+                        self.watched.add(key)
+                        if not started:
+                            self.attached += 1
+                            self._catch_up(key)
+                    continue
+                parent = _nearest_existing(root)
+                if parent is not None:
+                    wanted.add(parent)
+            for parent in wanted - set(self.waiting):
+                w = self._schedule(parent, recursive=False)
+                if w is not None:
+                    self.waiting[parent] = w
+            for parent in set(self.waiting) - wanted:
+                try:
+                    self.observer.unschedule(self.waiting.pop(parent))
+                except (KeyError, ValueError, OSError):
+                    pass
+
+    def _schedule(self, path: str, recursive: bool):
+        try:
+            return self.observer.schedule(self._handler, path, recursive=recursive)
+        except OSError as e:  # inotify watch limit, permissions, the directory just went away
+            self.error = f"{path}: {e}"[:200]
+            if self.log:
+                self.log.warning("watch_failed", root=path, error=self.error)
+            return None
+
+    def _catch_up(self, root: str) -> None:
+        """A root that appeared after the start: what is already in it was written just now."""
+        n = 0
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                if transcripts.is_transcript(name):
+                    self.tailer.mark(os.path.join(dirpath, name))
+                    n += 1
+        if self.log:
+            self.log.info("transcript_root_attached", root=root, files=n)
 
     def stop(self) -> None:
         if self.observer is not None:
@@ -488,3 +549,10 @@ class Watcher:
             except Exception:
                 pass
             self.observer = None
+
+
+def _nearest_existing(path: Path) -> "str | None":
+    for p in (path, *path.parents):
+        if p.is_dir():
+            return str(p)
+    return None

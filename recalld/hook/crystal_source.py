@@ -6,11 +6,18 @@ would let the short crystals that always fit keep a long one behind them forever
 last-heard times come from the append-only `served` table (migration 1), so they never move
 backwards. A git commit has no agent session; its crystals rotate per project
 (session key `git:<project>`).
+
+Delivery (`deliver:` in the crystal, docs/crystals.md): a `gate` crystal matched at an event
+the agent lets a hook hold (its adapter's gate_events: a tool call, a commit) is marked
+`gate` the first time it matches in the gate session, and the hook holds the act with it;
+when it matches again there, it passes (the act runs, nothing is added). Holds are remembered
+in `served` as `gate:c:<id>` rows.
 """
 
 import os
 from datetime import date
 
+from recalld import agents
 from recalld.core import crystals, pack
 
 MAX_RESPONSE = 20_000
@@ -39,6 +46,24 @@ def rotation_session(hi, project: "str | None") -> "str | None":
     if hi.act == "commit" and project:
         return f"git:{project}"
     return None
+
+
+def gate_session(hi, project: "str | None") -> "str | None":
+    """Where a crystal's hold is remembered: the agent's session; for a commit, the commit being
+    made (the project at its HEAD), so the retried commit passes and the next one is held."""
+    if hi.act == "commit":
+        return f"git:{project}@{(hi.payload or {}).get('head') or ''}" if project else None
+    return hi.session
+
+
+def held_before(conn, session: "str | None", keys: list) -> set:
+    """The crystal keys already held once in this gate session."""
+    if conn is None or not session or not keys:
+        return set()
+    gkeys = ["gate:" + k for k in keys]
+    rows = conn.execute(f"SELECT DISTINCT item FROM served WHERE session = ? AND item IN "
+                        f"({','.join('?' * len(gkeys))})", [session, *gkeys]).fetchall()
+    return {r[0][5:] for r in rows}
 
 
 def served_stats(conn, session: "str | None", keys: list) -> dict:
@@ -76,7 +101,7 @@ def to_items(matched: list, today: "date | None" = None) -> tuple:
             lost.append(c)
             continue
         items.append(pack.Item(key=c.key, source="crystal", label=f"crystal {c.id}", body=body,
-                               tell=c.tell, stale=c.is_stale(today), meta={"keys": keys}))
+                               tell=c.tell, stale=c.is_stale(today), meta={"keys": keys, "deliver": c.deliver}))
     return items, lost
 
 
@@ -120,6 +145,7 @@ def items(ctx) -> list:
     project = ctx.scope.project if ctx.scope else None
     index = crystals.load_for(project)
     found, detail = candidates(index, hi, ctx.conn, project)
+    found = _mark_gates(ctx, found, detail, project)
     ctx.detail["crystals"] = detail
     ctx.receipt["candidates"] += len(found)
     ctx.receipt["above_floor"] += len(found)
@@ -128,6 +154,29 @@ def items(ctx) -> list:
         # The hook records served rows per agent session only; a commit rotates per project.
         ctx.after_commit.append(lambda conn: _record_served(conn, ctx.receipt, session))
     return found
+
+
+def _mark_gates(ctx, found: list, detail: dict, project: "str | None") -> list:
+    """Mark the gate crystals this act may be held for; drop those held before in this gate
+    session (the act they were held for was re-issued: it passes)."""
+    hi = ctx.hi
+    adapter = agents.by_name(hi.agent_kind)
+    session = gate_session(hi, project)
+    gates = [i for i in found if i.meta.get("deliver") == "gate"]
+    if not gates or adapter is None or hi.event not in adapter.gate_events or not session:
+        return found
+    held = held_before(ctx.conn, session, [i.key for i in gates])
+    if held:
+        detail["passed"] = sorted(k[2:] for k in held)
+    for i in gates:
+        i.meta["gate"] = i.key not in held
+    return [i for i in found if i.key not in held]
+
+
+def record_holds(conn, r: dict, session: str, keys: list) -> None:
+    """The holds this run made (in the receipt's transaction): the retry then passes."""
+    conn.executemany("INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)",
+                     [(r["time"], session, "gate:" + k, "gate", r["uid"]) for k in keys])
 
 
 def _record_served(conn, r: dict, session: str) -> None:

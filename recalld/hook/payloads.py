@@ -7,6 +7,7 @@ recalld/agents/ say.
 """
 
 from recalld import agents
+from recalld.agents.base import strip_injected
 
 EVENTS = agents.EVENTS
 
@@ -84,7 +85,7 @@ def normalize(event: str, payload, agent: "str | None" = None) -> HookInput:
     if event not in EVENTS:
         raise BadInput("unknown_event")
     for key in ("prompt", "session_id", "cwd", "tool_name", "transcript_path", "hook_event_name",
-                "last_assistant_message"):
+                "last_assistant_message", "prompt_response"):
         if payload.get(key) is not None and not isinstance(payload.get(key), str):
             raise BadInput(f"bad_field_type:{key}")
     if payload.get("tool_input") is not None and not isinstance(payload.get("tool_input"), dict):
@@ -101,15 +102,16 @@ def normalize(event: str, payload, agent: "str | None" = None) -> HookInput:
     if event == "session-start":
         hi.act = "boot"
     elif event == "prompt-submit":
-        hi.act, hi.text = "prompt", _s(payload.get("prompt"))[:MAX_ACT_TEXT]
+        prompt = _s(payload.get("prompt"))
+        hi.act, hi.text = "prompt", (strip_injected(prompt) if "<" in prompt or "&lt;" in prompt else prompt)[:MAX_ACT_TEXT]
     elif event in ("pre-tool", "post-tool"):
         hi.tool_name = _s(payload.get("tool_name")) or None
-        act, text = tool_act(hi.tool_name or "", payload.get("tool_input"))
+        act, text = tool_act(hi.tool_name or "", adapter.tool_input(hi.tool_name, payload.get("tool_input")))
         hi.act, hi.text = (act, text) if event == "pre-tool" else ("tool-result", text)
         if event == "post-tool":
             hi.payload = dict(payload, _tool_act=act)
     elif event == "stop":
-        hi.act, hi.text = "stop", _s(payload.get("last_assistant_message"))[:MAX_ACT_TEXT]
+        hi.act, hi.text = "stop", _s(adapter.stop_text(payload))[:MAX_ACT_TEXT]
     elif event == "commit":
         files = payload.get("staged_files")
         hi.act = "commit"

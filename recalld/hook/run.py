@@ -68,8 +68,12 @@ def memory_items(ctx: Ctx) -> list:
         return []
     from recalld.core.search import search  # after the test: only prompts search
     cfg = ctx.cfg
+    from recalld.hook import semantic  # asked first: the daemon embeds while this searches
+    asked = semantic.start(ctx, int(cfg["max_results"]) * 3, float(cfg["floor"]))
     hits = search(ctx.conn, ctx.hi.text, ctx.scope, limit=int(cfg["max_results"]) * 3, floor=0.0)
     above = [h for h in hits if h.score >= float(cfg["floor"])]
+    if asked is not None:  # the daemon's fused ranking, or (down, slow, broken) the lexical one
+        above = semantic.ranked(ctx, asked, above)
     seen = in_context(ctx, [f"m:{h.id}" for h in above])
     if seen:  # already in this session's context: never the same memory twice
         ctx.detail["in_context"] = sorted(seen)
@@ -83,16 +87,19 @@ def memory_items(ctx: Ctx) -> list:
 
 
 def in_context(ctx: Ctx, keys: list) -> set:
-    """The keys delivered (whole or cut) in this session since its latest session start: they
-    are in the model's context already (a session start after compaction starts over)."""
+    """The keys delivered (whole or cut) to this agent in this session since the session's
+    latest start: they are in its context already. A subagent has a context of its own (its
+    receipts name it), and a session start after compaction starts over."""
     if not ctx.hi.session or not keys:
         return set()
     conn, session = ctx.conn, ctx.hi.session
     boot = conn.execute("SELECT time FROM receipts WHERE session = ? AND hook = 'session-start' "
                         "AND source = 'hook' ORDER BY id DESC LIMIT 1", (session,)).fetchone()
     rows = conn.execute(
-        f"SELECT DISTINCT item FROM served WHERE session = ? AND outcome IN ('whole', 'cut') AND time >= ? "
-        f"AND item IN ({','.join('?' * len(keys))})", [session, boot[0] if boot else "", *keys]).fetchall()
+        f"SELECT DISTINCT s.item FROM served s JOIN receipts r ON r.uid = s.receipt_uid "
+        f"WHERE s.session = ? AND s.outcome IN ('whole', 'cut') AND s.time >= ? AND r.agent IS ? "
+        f"AND s.item IN ({','.join('?' * len(keys))})",
+        [session, boot[0] if boot else "", ctx.receipt.get("agent"), *keys]).fetchall()
     return {r[0] for r in rows}
 
 
@@ -137,13 +144,23 @@ def queue_items(ctx: Ctx) -> list:
 # Imported inside the run, not at module load: a source module that fails to import is then a
 # failure of this run (an `error` receipt naming it, exit 0), not a crash before any receipt,
 # and not a silent "nothing" either: both modules ship with the package.
+# Acts neither source can answer skip its import (crystals pulls in re, datetime, its cache):
+# they mirror crystals.ACTS and proposal_source's (tests/test_hook_imports.py checks both).
+CRYSTAL_ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
+PROPOSAL_ACTS = ("prompt", "bash", "write", "delegate", "tool", "stop")
+
+
 def _crystal_items(ctx: Ctx) -> list:
+    if ctx.hi.act not in CRYSTAL_ACTS:
+        return []
     from recalld.hook import crystal_source
 
     return crystal_source.items(ctx)
 
 
 def _proposal_items(ctx: Ctx) -> list:
+    if not ctx.hi.session or ctx.hi.act not in PROPOSAL_ACTS:
+        return []
     from recalld.hook import proposal_source
 
     return proposal_source.items(ctx)
@@ -364,12 +381,14 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.set_progress_handler(lambda: 1 if time.perf_counter() > end else 0, 2000)
     ctx = Ctx(hi, conn, cfg, sc, r)
+    ctx.end = end  # the hard deadline, which bounds the semantic wait (recalld/hook/semantic.py)
     items = []
     for source in SOURCE_ORDER:
         items.extend(source(ctx))
     holds = [i for i in items if i.source == "crystal" and i.meta.get("gate")]
-    if holds:
-        return _hold(ctx, holds)
+    held = _hold(ctx, holds) if holds else None
+    if held is not None:
+        return held
     gate = getattr(ctx, "stop_block", None)  # proposal_source's optional review gate (off by default)
     if gate:
         r["outcome"], r["delivered"], r["delivered_ids"] = "injected", 1, [gate["key"]]
@@ -385,17 +404,8 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
         r["detail"]["undelivered"] = {"event": hi.native_event, "items": [i.key for i in items]}
         return "", ctx.after_commit
     packed = pack.pack(items, budget_for(hi, cfg), int(cfg["item_cap_chars"]))
-    c = packed.counts()
-    delivered = packed.delivered
-    r["delivered"] = len(delivered)
-    r["cut"] = c["cut"]
-    r["withheld"] = c["withheld"] + c["stale"]
-    r["delivered_ids"] = [p.item.key for p in delivered]
-    r["delivered_chars"] = c["delivered_chars"]
-    r["cut_chars"] = c["cut_chars"]
-    r["withheld_chars"] = c["withheld_chars"]
-    r["detail"]["packed"] = packed.accounting()
-    r["outcome"] = "injected" if delivered else "nothing"
+    _fill(r, packed)
+    r["outcome"] = "injected" if packed.delivered else "nothing"
     out = render_output(hi, packed.text())
     ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
     return out, ctx.after_commit
@@ -413,7 +423,7 @@ def _fill(r: dict, packed) -> None:
     r["detail"]["packed"] = packed.accounting()
 
 
-def _hold(ctx: Ctx, holds: list) -> tuple:
+def _hold(ctx: Ctx, holds: list) -> "tuple | None":
     """Hold the act once with the gate crystals as the reason (the other sources wait for the
     retried act). Every crystal of the hold is recorded as held, delivered or not, so the
     retry passes: the act is held once, not once per crystal that did not fit."""
@@ -422,8 +432,7 @@ def _hold(ctx: Ctx, holds: list) -> tuple:
     hi, r = ctx.hi, ctx.receipt
     packed = pack.pack(holds, budget_for(hi, ctx.cfg), int(ctx.cfg["item_cap_chars"]))
     if not packed.delivered:
-        r["outcome"] = "nothing"
-        return "", ctx.after_commit
+        return None  # nothing to hold the act for (stale, no room): it runs, the rest as usual
     _fill(r, packed)
     r["outcome"] = "injected"
     r["detail"]["gated"] = [i.key[2:] for i in holds]

@@ -49,8 +49,36 @@ def parse_command(command: "str | list | None") -> list:
     return parts
 
 
+# The hook's launcher (recalld/hook/__main__.py): `<python> -I -S LAUNCHER hook EVENT` starts
+# as a bare interpreter does, without site, .pth files or PYTHON* variables (docs/evaluation.md).
+LAUNCHER = str(Path(__file__).resolve().parent.parent / "hook" / "__main__.py")
+
+
+def hook_prefix(prefix: list) -> list:
+    """What runs the hook: the launcher under the console script's own interpreter when
+    `prefix` is this recalld's console script (its `#!` is this interpreter, so the launcher
+    beside this module is the package it imports), else `prefix` unchanged."""
+    if len(prefix) != 1 or Path(prefix[0]).name not in ("recalld", "recalld.exe"):
+        return prefix
+    try:
+        with open(prefix[0], "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return prefix
+    if not first.startswith(b"#!"):
+        return prefix
+    words = first[2:].decode("utf-8", "replace").split()
+    python = words[0] if len(words) == 1 else None
+    try:
+        if not python or not os.path.samefile(python, sys.executable) or not os.path.isfile(LAUNCHER):
+            return prefix
+    except OSError:
+        return prefix
+    return [python, "-I", "-S", LAUNCHER]
+
+
 def hook_command(prefix: list, event: str, agent: "str | None") -> str:
-    args = [*prefix, "hook", event]
+    args = [*hook_prefix(prefix), "hook", event]
     if agent:
         args += ["--agent", agent]
     return shlex.join(args)
@@ -60,6 +88,8 @@ def _runs_recalld(prefix: list) -> bool:
     if not prefix:
         return False
     if Path(prefix[-1]).name in ("recalld", "recalld.exe"):
+        return True
+    if prefix[-1].replace("\\", "/").endswith("/recalld/hook/__main__.py"):
         return True
     return len(prefix) >= 2 and prefix[-2:] == ["-m", "recalld"]
 

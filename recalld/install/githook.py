@@ -1,6 +1,8 @@
-"""`recalld install git-hook`: a pre-commit hook that offers the notes bound to `commit` and
-never blocks the commit. An existing pre-commit hook is chained (moved aside and run first,
-its exit status deciding the commit as before) and put back by `recalld uninstall git-hook`.
+"""`recalld install git-hook`: a pre-commit hook that offers the notes bound to `commit`. It
+stops a commit only when recalld holds it on purpose (a `deliver: gate` crystal, once per commit
+being made: the output starts with git.GATE_MARK); recalld missing, failing or slow never does.
+An existing pre-commit hook is chained (moved aside and run first, its exit status deciding the
+commit as before) and put back by `recalld uninstall git-hook`.
 """
 
 import os
@@ -37,8 +39,10 @@ def git_hook_script(prefix: list) -> str:
 # 1. The repository's own pre-commit hook, if there was one, runs first, unchanged: its exit
 #    status decides the commit exactly as before. A shell script is sourced with $0 still
 #    naming this pre-commit file, because hook managers (husky, pre-commit) look at $0.
-# 2. Then recalld offers the notes bound to `commit` for the staged files. It never blocks
-#    the commit: whatever happens (recalld missing, broken, slow), this script exits 0.
+# 2. Then recalld offers the notes bound to `commit` for the staged files. It stops the commit
+#    only when recalld holds it (output starting with the hold line; once per commit being
+#    made: the same `git commit` again goes through). Whatever else happens (recalld missing,
+#    broken, slow), this script exits 0.
 chained="$(dirname "$0")/{GIT_CHAINED}"
 if [ -x "$chained" ]; then
   # the interpreter named by its #! line, or "-" when that line passes options
@@ -52,10 +56,14 @@ if [ -x "$chained" ]; then
 fi
 if command -v {exe} >/dev/null 2>&1; then
   if command -v timeout >/dev/null 2>&1; then
-    timeout 10 {cmd} </dev/null 2>/dev/null || true
+    out=$(timeout 10 {cmd} </dev/null 2>/dev/null)
   else
-    {cmd} </dev/null 2>/dev/null || true
+    out=$({cmd} </dev/null 2>/dev/null)
   fi
+  case "$out" in
+    {shlex.quote(git.GATE_MARK)}*) printf '%s\\n' "$out"; exit 1 ;;
+  esac
+  [ -z "$out" ] || printf '%s\\n' "$out"
 fi
 exit 0
 """

@@ -30,7 +30,8 @@ from recalld.install.entries import (InstallError, hook_spec, importable_without
                                      is_recalld_mcp, parse_command)
 from recalld.install.jsonmerge import (containers, drop_empty, dump_json, is_empty_container, load_json,
                                        merge_hooks, merge_mcp_json, parses_to, remove_hooks, remove_mcp_json)
-from recalld.install.toml import find_block, merge_toml, remove_toml_block
+from recalld.install import codextrust
+from recalld.install import toml as codex_toml
 
 AGENTS = agents.INSTALL_NAMES  # what `recalld install AGENT` takes (and each adapter's aliases)
 
@@ -85,6 +86,7 @@ class FileChange:
     mode: "int | None" = None  # for new files (git hooks are executable)
     rename_to: "Path | None" = None  # git hook chaining: move the existing file here first
     restore_from: "Path | None" = None  # git hook unchaining: move this file back
+    logged: dict = field(default_factory=dict)  # more fields for the install log (Codex trust written)
 
     @property
     def changed(self) -> bool:
@@ -195,18 +197,18 @@ def plan_install(agent: str, scope: str = "user", cwd=None, command=None, mcp: b
     data = load(t.hooks_file)
     before_containers = {t.hooks_file: containers(data)}
     whats[t.hooks_file] = [f"hooks {e}" for e in merge_hooks(data, hook_spec(t.adapter, prefix), t.hooks_file)]
-    toml_change = None
-    if mcp:
-        if t.mcp_format == "json":
-            mdata = load(t.mcp_file)
-            before_containers.setdefault(t.mcp_file, containers(mdata) if t.mcp_file != t.hooks_file
-                                         else before_containers[t.hooks_file])
-            whats.setdefault(t.mcp_file, []).extend(merge_mcp_json(mdata, t.adapter.mcp_entry(prefix),
-                                                                   t.mcp_file, force))
-        else:
-            text = read_text(t.mcp_file)
-            new, what = merge_toml(t.mcp_file, text, prefix, force)
-            toml_change = FileChange(t.mcp_file, text, new, what)
+    toml_text = toml_new = None
+    toml_what: list = []
+    if t.mcp_format == "toml":
+        toml_text = read_text(t.mcp_file)
+        toml_new, toml_what = (codex_toml.merge_server(t.mcp_file, toml_text, prefix, force) if mcp
+                               else (toml_text or "", []))
+    elif mcp:
+        mdata = load(t.mcp_file)
+        before_containers.setdefault(t.mcp_file, containers(mdata) if t.mcp_file != t.hooks_file
+                                     else before_containers[t.hooks_file])
+        whats.setdefault(t.mcp_file, []).extend(merge_mcp_json(mdata, t.adapter.mcp_entry(prefix),
+                                                               t.mcp_file, force))
     for path, d in datas.items():
         after = dump_json(d)
         before = texts[path]
@@ -214,13 +216,57 @@ def plan_install(agent: str, scope: str = "user", cwd=None, command=None, mcp: b
             after = before  # same content: leave the bytes alone
         created = sorted(containers(d) - before_containers.get(path, set()))
         plan.changes.append(FileChange(path, before, after, whats.get(path, []), created))
-    if toml_change is not None:
-        plan.changes.append(toml_change)
+    if t.mcp_format == "toml":
+        hooks_after = next(c.after for c in plan.changes if c.path == t.hooks_file)
+        toml_new, trusted, notes = _codex_trust(t, hooks_after, toml_new, cwd)
+        plan.notes.extend(notes)
+        if trusted:
+            toml_what = toml_what + [f"hooks.state ({len(trusted)} trusted)"]
+        after = toml_new if (toml_text is not None or toml_new) else None
+        plan.changes.append(FileChange(t.mcp_file, toml_text, after, toml_what, logged={"trusted": trusted}))
     warn = importable_without_path(prefix)
     if warn:
         plan.notes.append(warn)
     plan.notes.extend(t.adapter.install_notes(t.scope, str(t.hooks_file), datas.get(t.hooks_file) or {}))
     return plan
+
+
+def _codex_trust(t: Target, hooks_text: str, text: str, cwd) -> tuple:
+    """(config.toml text, {key: hash} written, notes): recalld's hooks trusted the way Codex's
+    /hooks review does it, with the hashes Codex itself gives (codextrust), or the one step
+    the user has left."""
+    if t.scope != "user":
+        return text, {}, ["Codex runs a project's hooks only once you trust them: run `codex` in the project "
+                          "and trust recalld's hooks in /hooks."]
+    codex = codextrust.executable()
+    if not codex:
+        return text, {}, [codextrust.TRUST_STEP + "; codex is not on PATH, so recalld could not do it."]
+    try:
+        hashes = codextrust.planned_hashes(codex, hooks_text, str(t.hooks_file), str(Path(cwd or os.getcwd()).resolve()))
+    except codextrust.TrustError as e:
+        return text, {}, [f"{codextrust.TRUST_STEP}; asking Codex failed: {e}"]
+    if not hashes:
+        return text, {}, [f"{codextrust.TRUST_STEP}; {codex} listed none of recalld's hooks."]
+    new, written, left = codex_toml.set_trust(t.mcp_file, text, hashes)
+    notes = [f"Codex: recalld's {len(hashes)} hooks are trusted ([hooks.state] in {t.mcp_file}, "
+             f"hashes from {codex} app-server)."]
+    if left:
+        notes.append(f"{len(left)} of them have a trust entry in {t.mcp_file} in a form recalld does not "
+                     "edit; trust them in Codex's /hooks.")
+    return new, {k: hashes[k] for k in written}, notes
+
+
+def _logged_trust(path: Path) -> dict:
+    """The trust entries recalld's installs wrote into this file since the last uninstall."""
+    out: dict = {}
+    for rec in read_log():
+        if rec.get("file") != str(path):
+            continue
+        if rec.get("action") == "uninstall":
+            out = {}
+        elif isinstance(rec.get("trusted"), dict):
+            out.update(rec["trusted"])
+    return out
 
 
 def plan_uninstall(agent: str, scope: str = "user", cwd=None) -> Plan:
@@ -254,12 +300,25 @@ def plan_uninstall(agent: str, scope: str = "user", cwd=None) -> Plan:
     if t.mcp_format == "toml":
         text = read_text(t.mcp_file)
         if text is not None:
-            new = remove_toml_block(text)
+            no_server = codex_toml.remove_server(text)
+            new = codex_toml.remove_trust(no_server, _logged_trust(t.mcp_file))
+            what = (["mcp_servers.recalld"] if no_server != text else []) + (["hooks.state"] if new != no_server else [])
             known = _created_since_install(t.mcp_file)
             after = None if (new != text and not new.strip() and known and known[1]) else new
-            plan.changes.append(FileChange(t.mcp_file, text, after,
-                                           ["mcp_servers.recalld"] if new != text else []))
+            if what and after is not None:
+                parsed = codex_toml.load(t.mcp_file, new)
+                pre = next((b for b in _pre_install_texts(t.mcp_file)
+                            if parsed is not None and _toml_parses(b) == parsed), None)
+                after = pre if pre is not None else after
+            plan.changes.append(FileChange(t.mcp_file, text, after, what))
     return plan
+
+
+def _toml_parses(text: str):
+    try:
+        return codex_toml.load("backup", text)
+    except InstallError:
+        return None
 
 
 def _pre_install_texts(path: Path) -> list:
@@ -336,7 +395,7 @@ def apply(plan: Plan) -> list:
         rec = {"time": datetime.now(timezone.utc).isoformat(), "action": plan.action, "agent": plan.agent,
                "scope": plan.scope, "file": str(c.path), "changed": c.changed, "what": c.what,
                "created": c.created, "created_file": c.before is None and c.after is not None,
-               "backup": None}
+               "backup": None, **c.logged}
         if c.changed:
             b = backup(c.path)
             rec["backup"] = str(b) if b else None
@@ -387,11 +446,13 @@ def agent_status(agent: str, scope: str, cwd=None) -> dict:
             out["mcp"] = is_recalld_mcp((m.get("mcpServers") or {}).get("recalld"))
         else:
             text = read_text(t.mcp_file) or ""
-            out["mcp"] = find_block(text.splitlines(keepends=True)) is not None
+            entry = ((codex_toml.load(t.mcp_file, text) or {}).get("mcp_servers") or {}).get("recalld")
+            out["mcp"] = codex_toml.has_server(text) and (entry is None or is_recalld_mcp(entry))
     except InstallError as e:
         out["error"] = str(e)
     out["installed"] = bool(out["hooks"]) or out["mcp"]
     out["complete"] = sorted(set(out["hooks"])) == sorted({n for n, *_ in t.adapter.install_hooks()}) and out["mcp"]
+    out["problems"], out["active"] = activity(t, out, cwd) if out["hooks"] else ([], None)
     missing = []
     for cmd in dict.fromkeys(out["commands"]):
         exe = shlex.split(cmd)[0]
@@ -399,6 +460,42 @@ def agent_status(agent: str, scope: str, cwd=None) -> dict:
             missing.append(exe)
     out["missing_executables"] = missing
     return out
+
+
+def activity(t: Target, status: dict, cwd=None) -> tuple:
+    """(problems, active): whether the client will actually run the installed hooks, asked of
+    the client where it keeps that (Codex's hook trust, Gemini CLI's folder trust)."""
+    cwd = str(Path(cwd or os.getcwd()).resolve())
+    problems = []
+    if t.adapter.name == "codex":
+        home = os.path.dirname(str(t.hooks_file)) if t.scope == "user" else codex_home()
+        st = status["codex_trust"] = codextrust.status(home, str(t.hooks_file), cwd)
+        if not st["checked"]:
+            problems.append(f"installed, trust unknown: {st['error']}")
+        elif st["trusted"] < st["hooks"] or not st["hooks"]:
+            problems.append(f"installed but not trusted: Codex skips {len(st['untrusted']) or 'all'} of recalld's "
+                            f"hooks ({', '.join(st['untrusted'])}); run `recalld install codex` again, or trust "
+                            "them in Codex's /hooks")
+    elif t.adapter.name == "gemini":
+        from recalld.agents import gemini
+
+        settings = {}
+        try:
+            settings = load_json(t.hooks_file, read_text(t.hooks_file))
+        except InstallError:
+            pass
+        trusted, why = gemini.folder_trust(cwd, settings)
+        status["gemini_folder_trusted"] = trusted
+        if not trusted:
+            problems.append(f"installed but inactive here: Gemini CLI loads hooks only in a trusted folder, and {cwd} "
+                            f"is {why}; trust it when Gemini asks (it writes ~/.gemini/trustedFolders.json)")
+    return problems, bool(status["complete"]) and not problems
+
+
+def codex_home() -> str:
+    from recalld.agents import codex
+
+    return codex.home()
 
 
 def ensure_bytecode() -> dict:

@@ -59,6 +59,16 @@ def client_executable(name: str) -> str:
     return path
 
 
+def client_bin_dirs() -> list:
+    """The pinned clients' bin directories that exist in the cache."""
+    out = []
+    for name in pins():
+        d = os.path.join(CLIENTS_ROOT, name, "node_modules", ".bin")
+        if os.path.isdir(d):
+            out.append(d)
+    return out
+
+
 def recalld_executable() -> str:
     """The `recalld` console script the README's install puts beside the interpreter, or the
     executable named by RECALLD_E2E_RECALLD (to test another build, e.g. an installed wheel)."""
@@ -88,8 +98,11 @@ class Scratch:
         self.counter_log = os.path.join(root, "hook-runs.log")
         for d in (self.home, self.project, os.path.join(root, "tmp")):
             os.makedirs(d, exist_ok=True)
+        # The clients on PATH, as for a user who installed them: `recalld install codex` asks
+        # the `codex` on PATH for the hooks' trust hashes.
+        path = os.pathsep.join([*client_bin_dirs(), os.environ.get("PATH", "/usr/bin:/bin")])
         self.env = {
-            "HOME": self.home, "RECALLD_HOME": self.recalld_home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": self.home, "RECALLD_HOME": self.recalld_home, "PATH": path,
             "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "TMPDIR": os.path.join(root, "tmp"),
             "GIT_CONFIG_NOSYSTEM": "1",
         }
@@ -278,10 +291,13 @@ class Result:
         return [self.stand_in.tool_outputs(r.body) for r in self.main]
 
 
-def scenario(client, root: str, prompt: str, script, *, setup=None, bypass_trust=True, memories=()) -> Result:
+def scenario(client, root: str, prompt: str, script, *, setup=None, bypass_trust=True, memories=(),
+             env=None) -> Result:
     """A scratch user and project, memories and crystals, `recalld install`, one client run.
-    `script(client)` gives the stand-in's steps; `setup(sc)` adds crystals and the like."""
+    `script(client)` gives the stand-in's steps; `setup(sc)` adds crystals and the like; `env`
+    is added to the user's environment (recalld's commands and the client's run alike)."""
     sc = Scratch(root)
+    sc.env.update(env or {})
     client.prepare(sc)
     for text, *flags in memories:
         sc.remember(text, *flags)

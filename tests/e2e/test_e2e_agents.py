@@ -8,6 +8,10 @@ A client that cannot run here skips with the reason.
 """
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 from e2e_clients import CLIENTS
@@ -19,6 +23,8 @@ AGENTS = ("claude", "codex", "gemini")
 M_RELATED = "We pin sqlite-utils to 3.x because 4.0 changed upsert semantics."
 M_ALWAYS = "House style: indent with four spaces, never tabs."
 MEMORIES = ((M_RELATED, "--kind", "decision"), (M_ALWAYS, "--kind", "preference", "--always"))
+AGENT = "e2e-agent"  # RECALLD_AGENT of the tools scenario: hooks and MCP must both act as it
+M_AGENT = "Agent note: the sqlite-utils upsert fixture lives in tests/fixtures/upsert.json."
 P_RELATED = "Should we move to sqlite-utils 4 for the upsert change?"
 P_UNRELATED = "Print today's date in ISO format."
 FINAL = "All set: nothing else to change."
@@ -29,19 +35,6 @@ RESET_OUTPUT = "HEAD is now at"
 POST_MARK = "CRYSTAL-POST-9D1E"
 POST_CRYSTAL = f"❗ {POST_MARK}: after a hard reset, check `git stash list` for work to restore."
 
-CRYSTAL_LATE = "crystals arrive after the act (issue 13.1)"
-CRYSTAL_NEVER = ("crystals arrive after the act (issue 13.1): Gemini CLI ignores BeforeTool "
-                 "additionalContext, so the crystal never reaches the model")
-RECEIPT_CLAIMS_DROPPED = ("receipts count a delivery the client drops (issue 13.1): Gemini CLI ignores "
-                          "BeforeTool additionalContext, the receipt says injected")
-CODEX_TRUST = ("Codex hook trust (issue 13.2): Codex skips untrusted hooks silently, and "
-               "`recalld install codex` leaves them untrusted")
-CODEX_MCP_ENV = ("Codex MCP env (issue 13.3): RECALLD_HOME does not reach `recalld mcp`, which "
-                 "answers from an empty default store")
-GEMINI_AFTER_AGENT = ("Gemini AfterAgent prompt_response (issue 13.6): the stop text is read from "
-                      "last_assistant_message only, so it is always empty")
-GEMINI_DOUBLE = ("Gemini double injection (issue 13.6): in -p runs the session-start block is prefixed "
-                 "to the prompt, searched, and the always-loaded memory injected again")
 
 
 def xfail(reason):
@@ -101,8 +94,9 @@ def tools(client, tmp_path_factory):
         with open(f"{sc.project}/README.md", "a", encoding="utf-8") as f:
             f.write("uncommitted work\n")
 
+    memories = MEMORIES + ((M_AGENT, "--kind", "fact", "--scope", "agent"),)
     return scenario(client, str(tmp_path_factory.mktemp(f"{client.name}-tools")), P_UNRELATED, _tools_script,
-                    setup=setup, memories=MEMORIES)
+                    setup=setup, memories=memories, env={"RECALLD_AGENT": AGENT})
 
 
 @pytest.fixture(scope="module")
@@ -142,13 +136,13 @@ def test_always_loaded_set_arrives_at_session_start(related):
     assert len(boot) == 1 and boot[0]["outcome"] == "injected", boot
 
 
-@agents(gemini=GEMINI_DOUBLE)
+@agents()
 def test_always_loaded_set_arrives_once(related):
     related.require_run()
     assert related.first.raw.count(M_ALWAYS) == 1, related.where()
 
 
-@agents(codex=CODEX_MCP_ENV)
+@agents()
 def test_mcp_search_result_reaches_the_model(tools):
     tools.require_run()
     outputs = [o for per_request in tools.tool_outputs() for o in per_request]
@@ -156,14 +150,34 @@ def test_mcp_search_result_reaches_the_model(tools):
     assert any(M_RELATED in o for o in outputs), f"tool results: {outputs} " + tools.where()
 
 
-@agents(gemini=CRYSTAL_NEVER)
+@pytest.mark.parametrize("client", ["codex", "gemini"], indirect=True)
+def test_recalld_tools_are_offered_in_the_first_request(related):
+    """Codex sends its first request about 1 s after it starts, ready or not (issue 13.8):
+    `recalld mcp` answers its handshake before the SDK has loaded. Not Claude Code: 2.1.332
+    opens with the stateless protocol of 2026-07-28 (server/discover, subscriptions/listen),
+    which recalld leaves to the SDK, and its first request went out before the SDK was up
+    (docs/install.md); its deferred tools are there from the next request on."""
+    related.require_run()
+    assert related.client.mcp_marker in related.first.raw, related.where()
+
+
+@agents()
+def test_mcp_server_gets_recalld_environment(tools):
+    """`recalld mcp` reads the store of RECALLD_HOME as the agent of RECALLD_AGENT, as the hooks
+    do: an agent-scoped note is found only when both reached the server (issue 13.3)."""
+    tools.require_run()
+    outputs = [o for per_request in tools.tool_outputs() for o in per_request]
+    assert any(M_AGENT in o for o in outputs), f"tool results: {outputs} " + tools.where()
+
+
+@agents()
 def test_crystal_reaches_the_model(tools):
     """At all, whenever: what the next test asks on top, per client."""
     tools.require_run()
     assert any(CRYSTAL_MARK in r.raw for r in tools.main), "the crystal never reached the model " + tools.where()
 
 
-@agents(claude=CRYSTAL_LATE, codex=CRYSTAL_LATE, gemini=CRYSTAL_NEVER)
+@agents()
 def test_crystal_reaches_the_model_before_the_command_runs(tools):
     tools.require_run()
     told = [i for i, r in enumerate(tools.main) if CRYSTAL_MARK in r.raw]
@@ -171,6 +185,8 @@ def test_crystal_reaches_the_model_before_the_command_runs(tools):
     before = tools.tool_outputs()[told[0]]
     assert not any(RESET_OUTPUT in o for o in before), (
         f"the first request with the crystal already holds the command's output: {before}")
+    held = [r for r in tools.receipts if r["hook"] == "pre-tool" and "reset-hard" in (r["detail"].get("gated") or [])]
+    assert len(held) == 1, [r["detail"] for r in tools.receipts if r["hook"] == "pre-tool"]
 
 
 @agents()
@@ -186,7 +202,7 @@ def test_post_tool_context_reaches_the_model(tools):
     assert any(POST_MARK in r.raw for r in tools.main), tools.where()
 
 
-@agents(gemini=GEMINI_AFTER_AGENT)
+@agents()
 def test_stop_hook_receives_the_last_assistant_message(related):
     related.require_run()
     texts = [b["text"] for b in related.sc.boundaries()]
@@ -194,12 +210,74 @@ def test_stop_hook_receives_the_last_assistant_message(related):
     assert any(FINAL in t for t in texts), texts
 
 
-@agents(codex=CODEX_TRUST)
+@agents()
 def test_hooks_run_as_installed(as_installed):
     as_installed.require_run()
     hooks = {r["hook"] for r in as_installed.receipts}
     assert {"session-start", "prompt-submit", "stop"} <= hooks, hooks
     assert M_RELATED in as_installed.first.raw, as_installed.where()
+
+
+@agents()
+def test_doctor_says_installed_and_active(as_installed):
+    """`recalld doctor` on the scratch user after the README's install: the client's hooks and
+    server are there, and the client will run them (Codex: trusted; Gemini CLI: folder trusted)."""
+    sc, client = as_installed.sc, as_installed.client
+    rep = json.loads(sc.recalld("doctor", "--json", "--no-hook-run", "--cwd", sc.project).stdout)
+    mine = next(a for a in rep["agents"] if a["agent"] == client.install_as and a["scope"] == "user")
+    assert mine["installed"] and mine["complete"] and mine["mcp"], mine
+    assert mine["active"] is True and mine["problems"] == [], mine
+
+
+@agents()
+def test_the_daemon_reads_the_transcript_the_client_wrote(related, monkeypatch):
+    """The middle layer's input: the client's own transcript, found under its adapter's roots
+    and parsed by recalld's parser: the prompt (without hook context) and the final answer."""
+    from recalld import agents as adapters
+    from recalld.daemon import transcripts
+
+    related.require_run()
+    monkeypatch.setenv("HOME", related.sc.home)
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    adapter = adapters.lookup(related.client.install_as)
+    files = [os.path.join(d, f) for root in adapter.transcript_roots() for d, _, fs in os.walk(root) for f in fs
+             if transcripts.is_transcript(f)]
+    assert files, f"no transcript under {adapter.transcript_roots()} " + related.where()
+    events = [e for f in files for e in transcripts.parse_file(f)]
+    assert {transcripts.guess_format(f) for f in files} == {adapter.name}
+    prompts = [e.text for e in events if e.kind == "prompt"]
+    assert P_RELATED in prompts and not any("recalld" in p for p in prompts), prompts
+    assert any(e.kind == "text" and FINAL in e.text for e in events), [(e.kind, e.text[:80]) for e in events]
+
+
+def test_recalld_mcp_answers_tools_list_fast(tmp_path):
+    """Codex sends its first model request about 1 s after it starts, whether or not its MCP
+    servers are up (issue 13.8): `recalld mcp` must answer tools/list well before that. The
+    bound is measured against a bare interpreter start in the same moment, since this machine
+    is shared."""
+    exe = recalld_executable()
+    env = dict(os.environ, RECALLD_HOME=str(tmp_path / "rh"))
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    took, bare = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        p = subprocess.Popen([exe, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             cwd=str(tmp_path), env=env)
+        p.stdin.write("".join(json.dumps(m) + "\n" for m in lines).encode())
+        p.stdin.flush()
+        while json.loads(p.stdout.readline()).get("id") != 2:
+            pass
+        took.append(time.perf_counter() - t)
+        p.stdin.close()
+        p.wait(timeout=30)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - t)
+    assert min(took) < 0.3 + min(bare), (took, bare)
 
 
 # --- receipts ----------------------------------------------------------------------------------
@@ -242,6 +320,6 @@ def test_every_delivery_a_receipt_counts_reached_the_model(related):
     _deliveries_reached_the_model(related)
 
 
-@agents(gemini=RECEIPT_CLAIMS_DROPPED)
+@agents()
 def test_every_delivery_a_receipt_counts_reached_the_model_with_tools(tools):
     _deliveries_reached_the_model(tools)

@@ -2,7 +2,7 @@
 
 Codex sends an apply_patch call to PreToolUse as `tool_name: "apply_patch"` with the whole
 patch in `tool_input.command`; a crystal bound to `write` on a string the patch adds must
-reach the model.
+reach the model, before the patch is applied.
 """
 
 import os
@@ -18,8 +18,6 @@ ESSENCE = f"⛔ {MARK}: {FLAG} must stay off in main until the payment review si
 PATCH = ("*** Begin Patch\n*** Add File: flags.py\n"
          f"+{FLAG} = True\n"
          "*** End Patch\n")
-APPLY_PATCH = ("Codex apply_patch (issue 13.4): the patch comes in tool_input.command, which the payload "
-               "reader does not read, so a write crystal never matches")
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +29,12 @@ def patched(tmp_path_factory):
     def setup(sc):
         sc.crystal("checkout-flag", "write", FLAG, ESSENCE, MARK)
 
+    # The write crystal holds the first apply_patch (issue 13.1); the model reads it and issues
+    # the same patch again, which passes.
     return scenario(client, str(tmp_path_factory.mktemp("codex-apply-patch")), "Turn on the new checkout.",
-                    lambda c: [Tool("apply_patch", PATCH), Text("Done.")], setup=setup)
+                    lambda c: [Tool("apply_patch", PATCH), Tool("apply_patch", PATCH), Text("Done.")], setup=setup)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=APPLY_PATCH)
 def test_apply_patch_write_reaches_a_write_crystal(patched):
     patched.require_run()
     if not os.path.exists(os.path.join(patched.sc.project, "flags.py")):
@@ -44,4 +43,10 @@ def test_apply_patch_write_reaches_a_write_crystal(patched):
     if not writes:
         pytest.fail("no pre-tool receipt for the apply_patch call " + patched.where())
     assert any("c:checkout-flag" in r["delivered_ids"] for r in writes), writes
-    assert any(MARK in r.raw for r in patched.main), patched.where()
+    told = [i for i, r in enumerate(patched.main) if MARK in r.raw]
+    assert told, patched.where()
+    # Held before the patch was applied: the first request that tells it has one tool output,
+    # the hold's reason, in place of the patch's result; the patch then ran on the retry.
+    outs = patched.tool_outputs()[told[0]]
+    assert len(outs) == 1 and MARK in outs[0], outs
+    assert any(r["detail"].get("gated") == ["checkout-flag"] for r in writes), writes

@@ -54,8 +54,9 @@ def hook(home, event: str, repo, **kw) -> tuple:
     r = dict(conn.execute("SELECT * FROM receipts ORDER BY id DESC LIMIT 1").fetchone())
     conn.close()
     r["detail"] = json.loads(r["detail"])
-    ctx = json.loads(p.stdout)["hookSpecificOutput"]["additionalContext"] if p.stdout.strip() else ""
-    return ctx, r
+    h = json.loads(p.stdout)["hookSpecificOutput"] if p.stdout.strip() else {}
+    # additionalContext, or the reason of a call a gate crystal held (docs/crystals.md)
+    return h.get("additionalContext") or h.get("permissionDecisionReason") or "", r
 
 
 def boot(home, repo):

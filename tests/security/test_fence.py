@@ -60,16 +60,19 @@ def assert_inside_is_data(inner: str) -> None:
 
 
 def context_of(stdout: bytes) -> str:
+    """additionalContext, or the reason of a call a gate crystal held: both reach the model."""
     data = json.loads(stdout)
     assert set(data) == {"hookSpecificOutput"}
-    return data["hookSpecificOutput"]["additionalContext"]
+    h = data["hookSpecificOutput"]
+    return h["additionalContext"] if "additionalContext" in h else h["permissionDecisionReason"]
 
 
 def assert_one_block(ctx: str) -> str:
     """The block recalld frames, and exactly one: returns its inside."""
-    assert ctx.startswith(hook.HEADER + "\n") and ctx.endswith("\n" + hook.FOOTER)
+    header = next((h for h in (hook.HEADER, *hook.HOLD_HEADER.values()) if ctx.startswith(h + "\n")), None)
+    assert header is not None and ctx.endswith("\n" + hook.FOOTER)
     assert ctx.count("<recalld") == 1 and ctx.count("</recalld") == 1
-    inner = ctx[len(hook.HEADER) + 1:-len(hook.FOOTER) - 1]
+    inner = ctx[len(header) + 1:-len(hook.FOOTER) - 1]
     assert_inside_is_data(inner)
     return inner
 
@@ -216,7 +219,9 @@ def test_the_git_commit_path_prints_plain_text_without_escapes(home, project):
     assert p.returncode == 0
     out = p.stdout.decode("utf-8")
     assert "migration rule" in out and not out.startswith("{") and "\x1b" not in out
-    assert_one_block(out.rstrip("\n"))
+    from recalld.agents.git import GATE_MARK
+
+    assert_one_block(out.rstrip("\n").removeprefix(GATE_MARK + "\n"))  # the commit is held once
 
 
 def test_crystals_show_and_test_print_essences_as_data(home, project):

@@ -340,7 +340,9 @@ def test_mcp_identity_is_read_at_start(world, monkeypatch):
 
 
 def hook_words(place_dir, extra, env=None):
-    p = {"session_id": "s-scope", "transcript_path": "/t", "cwd": place_dir, "hook_event_name": "UserPromptSubmit",
+    # A session of its own per read: a session is never told the same memory twice.
+    p = {"session_id": f"s-scope-{os.urandom(4).hex()}", "transcript_path": "/t", "cwd": place_dir,
+         "hook_event_name": "UserPromptSubmit",
          "prompt": "kumquat rule", **extra}
     proc = run_recalld(["hook", "prompt-submit"], json.dumps(p).encode(), env=env)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -9,6 +9,7 @@ deadline off. The hooks here are real `recalld hook` processes.
 """
 
 import json
+import os
 import time
 
 import pytest
@@ -28,8 +29,10 @@ def seeded(home, conn, project):
 
 
 def prompt_hook(project, env=None):
+    # a session of its own per run: a session is never told the same memory twice
     return run_recalld(["hook", "prompt-submit"], stdin=payload(
-        session_id="s-set", cwd=str(project), hook_event_name="UserPromptSubmit", prompt=PROMPT), env=env)
+        session_id=f"s-set-{os.urandom(4).hex()}", cwd=str(project), hook_event_name="UserPromptSubmit",
+        prompt=PROMPT), env=env)
 
 
 def all_receipts() -> list:

@@ -1,0 +1,95 @@
+"""`recalld mcp` is ready before the mcp SDK has loaded (issue 13.8): initialize and tools/list
+come from recalld/mcp_manifest.py, which must be exactly what the SDK answers; every tool call
+is the SDK's, relayed; a SDK that cannot load is an error the client reads, not a hang."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from recalld import mcp_stdio
+from recalld.mcp_manifest import MANIFEST
+from tests.helpers import REPO
+
+
+def init(mid=1, version="2025-06-18"):
+    return {"jsonrpc": "2.0", "id": mid, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def talk(project, requests, first_on_path=None, want=None, timeout=60):
+    """Start `recalld mcp` the way an agent does, send `requests`, read `want` answers (default:
+    one per request with an id); returns [(seconds since start, message)]."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (first_on_path, str(REPO), os.environ.get("PYTHONPATH")) if p)
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "recalld", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, cwd=str(project), env=e)
+    p.stdin.write("".join(json.dumps(r) + "\n" for r in requests).encode())
+    p.stdin.flush()
+    want = want if want is not None else sum(1 for r in requests if "id" in r)
+    out = []
+    try:
+        while len(out) < want:
+            line = p.stdout.readline()
+            assert line, f"recalld mcp closed after {out}"
+            out.append((time.perf_counter() - t0, json.loads(line)))
+    finally:
+        p.stdin.close()
+        p.wait(timeout=timeout)
+    return out
+
+
+def test_the_manifest_is_what_the_sdk_answers():
+    assert mcp_stdio.manifest_from_sdk() == MANIFEST, "stale: run python3 -m recalld.mcp_stdio --write-manifest"
+
+
+def test_the_early_answers_equal_the_sdk_answers(home, project):
+    requests = [init(1, "2025-06-18"), INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
+    fast = {m["id"]: m for _, m in talk(project, requests)}
+    sdk = {m["id"]: m for m in mcp_stdio.sdk_answers(requests, cwd=str(project))}
+    assert fast == sdk
+    # A version the SDK does not speak: its latest, as the SDK negotiates.
+    (_, m), = talk(project, [init(7, "1999-01-01")])
+    assert m["result"]["protocolVersion"] == MANIFEST["latest"]
+
+
+def test_tool_calls_go_to_the_sdk(home, project):
+    requests = [init(), INITIALIZED,
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "remember", "arguments": {"text": "The exporter writes cents as integers."}}},
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+                {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                 "params": {"name": "history", "arguments": {"memory_id": 99}}}]
+    got = {m["id"]: m for _, m in talk(project, requests)}
+    assert json.loads(got[2]["result"]["content"][0]["text"])["id"] == 1 and not got[2]["result"]["isError"]
+    assert got[4]["result"]["isError"] and "does not exist" in got[4]["result"]["content"][0]["text"]
+    assert [t["name"] for t in got[3]["result"]["tools"]] == [t["name"] for t in MANIFEST["tools_list"]["tools"]]
+
+
+def test_tools_list_is_answered_before_the_sdk_loads_and_a_broken_sdk_is_an_error(home, project, tmp_path):
+    """A stand-in `mcp` package that takes 4 s to fail on import: tools/list is answered at once
+    from the manifest; the tool call waits for the SDK and gets the reason it could not start."""
+    shim = tmp_path / "shim" / "mcp"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("import time\ntime.sleep(4)\nraise ImportError('no SDK in this test')\n")
+    requests = [init(), INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "x"}}}]
+    got = {m["id"]: (t, m) for t, m in talk(project, requests, first_on_path=str(tmp_path / "shim"))}
+    t_list, m_list = got[2]
+    t_call, m_call = got[3]
+    assert m_list["result"] == MANIFEST["tools_list"] and t_list < t_call
+    assert t_call - t_list > 2, (t_list, t_call)  # the list did not wait for the SDK
+    assert m_call["error"]["code"] == mcp_stdio.INTERNAL_ERROR and "no SDK in this test" in m_call["error"]["message"]
+
+
+def test_options_the_fast_path_does_not_know_go_to_click(home, project):
+    p = subprocess.run([sys.executable, "-m", "recalld", "mcp", "--help"], capture_output=True, cwd=str(project),
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    assert p.returncode == 0 and b"--project" in p.stdout
+    assert mcp_stdio.main(["--project", str(project / "missing")]) == -1
