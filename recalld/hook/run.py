@@ -250,10 +250,17 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     cfg = settings.load(fell_back)
     if fell_back:  # a bad value kept its default: say which, or the run looks like the rest
         r["detail"]["settings_fallback"] = fell_back
-    try:
-        deadline_ms = int(deadline_arg) if deadline_arg else int(cfg["deadline_ms"])
-    except (TypeError, ValueError):
-        deadline_ms = int(cfg["deadline_ms"])
+    deadline_ms = int(cfg["deadline_ms"])
+    if deadline_arg:
+        # the same range as the setting: 0 or garbage must not turn the deadline off
+        try:
+            arg = int(deadline_arg)
+        except (TypeError, ValueError):
+            arg = 0
+        if 1 <= arg <= 60_000:
+            deadline_ms = arg
+        else:
+            r["detail"].setdefault("settings_fallback", []).append("--deadline-ms")
     end = t0 + deadline_ms / 1000
     opened: list = []  # _work appends the store connection once it has one
     out = ""

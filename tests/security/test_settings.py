@@ -173,3 +173,14 @@ def test_reading_every_setting_stays_cheap(home):
         settings.load([])
         runs.append(time.perf_counter() - t0)
     assert sorted(runs)[100] < 0.001
+
+
+@pytest.mark.parametrize("flag", ["0", "-5", "abc", "999999"])
+def test_a_bad_deadline_flag_keeps_the_deadline_and_says_so(seeded, flag):
+    # `--deadline-ms 0` once turned the deadline off, like the setting did
+    p = run_recalld(["hook", "prompt-submit", "--deadline-ms", flag], stdin=payload(
+        session_id=f"s-flag-{os.urandom(4).hex()}", cwd=str(seeded), hook_event_name="UserPromptSubmit",
+        prompt=PROMPT))
+    assert p.returncode == 0 and MEMORY in p.stdout.decode()
+    recs = all_receipts()
+    assert len(recs) == 1 and recs[0]["detail"]["settings_fallback"] == ["--deadline-ms"]
