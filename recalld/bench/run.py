@@ -37,8 +37,8 @@ from recalld.bench.common import Unavailable, source_root
 
 # Every benchmark, in the order a full run takes them: recall quality, latency, crystals, the
 # background pass, capture. Each is recalld/bench/NAME.py.
-BENCHMARKS = ("locomo", "search", "budget", "ablations", "core", "load", "crystals", "crystal_budget",
-              "rerank", "judge", "daemon", "embed", "proposer", "capture")
+BENCHMARKS = ("locomo", "search", "budget", "ablations", "core", "load", "hookcost", "crystals", "crystal_budget",
+              "rerank", "judge", "daemon", "embed", "semantic", "proposer", "capture")
 
 
 def load(name: str):

@@ -1,7 +1,8 @@
 """`recalld judge NEED`: the daemon's search-and-judge pass, once, in the foreground.
 
-It prints every candidate with its search score, judge score and verdict, so a user can see
-where the threshold cuts and move it (`recalld config set judge.threshold X`).
+It prints every candidate with its search score, its signals (query likelihood, embedding
+cosine) and the probability that it answers the need (the judge score), with the verdict, so a
+user can see where the threshold cuts and move it (`recalld config set judge.threshold P`).
 """
 
 import click
@@ -11,13 +12,15 @@ def register(cli):
     @cli.command()
     @click.argument("need")
     @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here (default: current directory).")
-    @click.option("--threshold", type=float, default=None, help="Override settings judge.threshold for this run.")
+    @click.option("--threshold", type=float, default=None,
+                  help="Override settings judge.threshold (a probability) for this run.")
     @click.option("--candidates", "max_candidates", type=click.IntRange(1, 50), default=None,
                   help="Override settings judge.max_candidates for this run.")
     @click.option("--max-pass", type=click.IntRange(0, 50), default=None,
                   help="Override settings judge.max_pass (how many may pass) for this run.")
+    @click.option("--no-embedder", is_flag=True, help="Judge without the embedding signal.")
     @click.option("--json", "as_json", is_flag=True)
-    def judge(need, cwd, threshold, max_candidates, max_pass, as_json):
+    def judge(need, cwd, threshold, max_candidates, max_pass, no_embedder, as_json):
         """Search for NEED and let the local judge model decide which memories answer it."""
         from recalld.core import settings
         from recalld.cli.common import Fail, echo_json, open_db, resolve_scope
@@ -33,7 +36,7 @@ def register(cli):
         if max_pass is not None:
             cfg["judge"]["max_pass"] = max_pass
         conn = open_db()
-        res = judge_need(conn, need, resolve_scope(cwd), cfg)
+        res = judge_need(conn, need, resolve_scope(cwd), cfg, encoder=False if no_embedder else None)
         if as_json:
             echo_json(res.as_dict())
             return
@@ -41,18 +44,23 @@ def register(cli):
             load = f", loaded in {res.load_ms:.0f} ms" if res.load_ms is not None else ""
             click.echo(f"judge: {res.model} ({res.method}{load}), threshold {res.threshold:g}, "
                        f"at most {cfg['judge'].get('max_pass', 1)} passes, model time {res.model_ms:.0f} ms")
+            if res.candidates:
+                emb = f", embedder {res.embedder}" if res.embedder else f" (no embedding: {res.embed_error})"
+                click.echo(f"signals: {', '.join(res.signals)}{emb}")
         else:
             click.echo(f"judge unavailable: {res.error}")
         if not res.candidates:
             click.echo("no candidates: the search found no memory for this need")
         for v in res.candidates:
-            js = "-" if v.judge_score is None else f"{v.judge_score:+.3f}"
-            rs = "-" if v.rank_score is None else f"{v.rank_score:+.3f}"
+            p = "-" if v.judge_score is None else f"{v.judge_score:.3f}"
+            ql = v.detail.get("ql")
+            cos = v.detail.get("cos")
             verdict = ("pass" if v.passed else "unjudged" if v.judge_score is None
                        else "outranked" if v.judge_score >= res.threshold else "fail")
             text = " ".join(v.text.split())
-            click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  judge {js:>7}  rank {rs:>7}  {verdict:8} "
-                       f"{text[:100]}{'...' if len(text) > 100 else ''}")
+            click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  ql {'-' if ql is None else f'{ql:+.2f}':>5}  "
+                       f"cos {'-' if cos is None else f'{cos:.2f}':>4}  p {p:>5}  {verdict:9} "
+                       f"{text[:90]}{'...' if len(text) > 90 else ''}")
         if res.available and res.error:
             click.echo(f"error: {res.error}")
         if res.passed:

@@ -68,7 +68,7 @@ RULES: dict = {
     "boot_budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "tool_budget_chars": ("int", 0, AGENT_OUTPUT_CAP),
     # at least 1: 0 would switch the hook's deadline off (setitimer(0) disarms the timer)
     "deadline_ms": ("int", 1, 60_000), "semantic_wait_ms": ("int", 0, 60_000),
-    "judge.threshold": ("number", -100, 100), "judge.max_candidates": ("int", 1, 50),
+    "judge.threshold": ("number", 0, 1), "judge.max_candidates": ("int", 1, 50),
     "judge.max_pass": ("int", 0, 10), "judge.timeout_s": ("number", 0.1, 600),
     "queue.expire_steps": ("int", 1, 1000), "queue.expire_minutes": ("number", 0, 10_080),
     "models.judge": ("str?", None, None), "models.proposer": ("str?", None, None),

@@ -123,6 +123,12 @@ class Daemon:
         if self.embedder is not None:
             workers.append(("recalld-embedder", lambda: self.embedder.serve(
                 self.stop_event, self._open_store, self._follow, self._touch, self.log)))
+            # the hook's semantic channel shares the pass's encoder (recalld/daemon/query.py)
+            from recalld.daemon.query import QueryServer
+
+            self.query = QueryServer(self.embedder, self.cfg)
+            workers.append(("recalld-query", lambda: self.query.serve(
+                self.stop_event, self._open_store, self._follow, self.log)))
         for name, target in workers:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -503,6 +509,7 @@ class Daemon:
             "turn_end_hooks": [_name(f) for f in self.turn_end_hooks],
             "judge": dict(self.judge_status),
             "embedder": self.embedder.snapshot() if self.embedder is not None else {"enabled": False},
+            "query": self.query.snapshot() if getattr(self, "query", None) is not None else {"enabled": False},
             "store_reopened": self.store["reopened"],
             "store": dict(self.store),
             "last_error": self.last_error,

@@ -51,7 +51,9 @@ def all_receipts() -> list:
     ("deadline_ms", '"300"', 'deadline_ms: expected an integer 1..60000, got "300"'),
     ("floor", "1.5", "floor: expected a number 0..1, got 1.5"),
     ("receipt_hash", "1", "receipt_hash: expected true or false, got 1"),
-    ("judge.threshold", "high", 'judge.threshold: expected a number -100..100, got "high"'),
+    ("judge.threshold", "high", 'judge.threshold: expected a number 0..1, got "high"'),
+    # the old query-likelihood threshold (1.3) means nothing to the calibrated judge
+    ("judge.threshold", "1.3", "judge.threshold: expected a number 0..1, got 1.3"),
     ("judge", '{"max_pass": -1}', "judge.max_pass: expected an integer 0..10, got -1"),
     ("judge", "5", "judge: expected an object of its settings"),
     ("proposals.review_gate", "yes", 'proposals.review_gate: expected true or false, got "yes"'),
@@ -68,7 +70,7 @@ def test_config_set_refuses_a_bad_value_in_one_line(home, key, value, says):
 @pytest.mark.parametrize("key,value,stored", [
     ("budget_chars", "2500", 2500), ("floor", "0.4", 0.4), ("deadline_ms", "250.0", 250),
     ("models.judge", "null", None), ("daemon.roots", '["/a", "/b"]', ["/a", "/b"]),
-    ("judge", '{"threshold": 2}', {"threshold": 2}), ("proposals.enabled", "false", False),
+    ("judge", '{"threshold": 0.7}', {"threshold": 0.7}), ("proposals.enabled", "false", False),
 ])
 def test_config_set_accepts_a_good_value(home, key, value, stored):
     p = run_recalld(["config", "set", key, value])
@@ -131,7 +133,7 @@ def test_deadline_zero_keeps_the_default_deadline(home):
 
 
 def test_good_settings_leave_no_fallback_mark(seeded, home):
-    (home / "settings.json").write_text(json.dumps({"budget_chars": 3000, "judge": {"threshold": 1.1},
+    (home / "settings.json").write_text(json.dumps({"budget_chars": 3000, "judge": {"threshold": 0.55},
                                                     "models": {"judge": None}, "daemon": {"roots": ["/x"]}}))
     p = prompt_hook(seeded)
     assert p.returncode == 0 and MEMORY in p.stdout.decode()

@@ -1,0 +1,156 @@
+"""The middle layer inside a live session (issue 13, "the daemon's judged memory at the next
+step of a live session"): a real `recalld daemon run` tails the transcript the real client
+writes, notices the error its scripted model's first command printed, judges the store's
+memory against it, and the hook delivers it at a later step of the same session, once.
+
+The judge is the embedded model with threshold 0 (the best candidate passes whatever its
+probability): this checks the delivery path through the real client, not the judge's quality
+(tests/test_judge.py and the judge benchmark do that).
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+from e2e_clients import CLIENTS
+from e2e_harness import Scratch, recalld_executable
+from e2e_standins import Text, Until
+
+# The error the model's first command prints, and the memory that answers it. Nothing in the
+# prompt names it, so the pre-step search has nothing to find: only the daemon can bring it.
+ERROR_CMD = "echo 'ERROR: relation \"ledger_snapshots\" does not exist' >&2; exit 1"
+MEMORY = ("ERROR relation ledger_snapshots does not exist means the snapshot migration has not run: "
+          "run `make migrate-snapshots` once after pulling, then retry.")
+PROMPT = "Please run the reconciliation step and tell me how it went."
+FINAL = "Reconciliation retried after the migration."
+# Fast need timing, as tests/test_daemon.py's FAST (within settings' ranges); the proposer off,
+# since a second model pass would only slow the daemon down here.
+DAEMON = {"rescan_s": 1, "poll_s": 0.2, "debounce_s": 0.2, "max_wait_s": 1.0, "min_pass_interval_s": 0,
+          "max_passes_per_minute": 600}
+JUDGE = {"threshold": 0.0, "max_candidates": 5, "timeout_s": 30}
+READY_S = 60  # the daemon up with its judge loaded (SmolLM2-135M: a few seconds here)
+
+
+def configure(sc, **over):
+    """Overlay the scratch user's settings.json (install may have written it)."""
+    path = os.path.join(sc.recalld_home, "settings.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        values = {}
+    for k, v in over.items():
+        values[k] = dict(values.get(k) or {}, **v) if isinstance(v, dict) else v
+    os.makedirs(sc.recalld_home, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2)
+
+
+class Daemon:
+    """`recalld daemon run` for the scratch user, in its own process group; stopped (SIGTERM,
+    then SIGKILL of the group) on exit, whatever happened."""
+
+    def __init__(self, sc):
+        self.sc = sc
+        self.p = None
+
+    def __enter__(self):
+        self.log = open(os.path.join(self.sc.root, "daemon.out"), "w", encoding="utf-8")
+        self.p = subprocess.Popen([recalld_executable(), "daemon", "run"], cwd=self.sc.project, env=self.sc.env,
+                                  stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        end = time.monotonic() + READY_S
+        st = {}
+        while time.monotonic() < end:
+            if self.p.poll() is not None:
+                break
+            st = json.loads(self.sc.recalld("daemon", "status", "--json", check=False).stdout or "{}")
+            if st.get("running") and (st.get("judge") or {}).get("loaded"):
+                return self
+            time.sleep(0.5)
+        self.__exit__()
+        pytest.fail(f"the daemon did not come up with its judge loaded in {READY_S} s: {st.get('judge')} "
+                    f"(rc {self.p.returncode}; {self.sc.root}/daemon.out)")
+
+    def __exit__(self, *exc):
+        try:
+            self.p.send_signal(signal.SIGTERM)
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.p.wait(timeout=10)
+            self.log.close()
+
+
+def _script(client):
+    # The first command fails with the error; then the model waits, one `sleep 4` at a time
+    # (at most four), until a request carries the memory: the judge's pass runs meanwhile.
+    return [client.shell(ERROR_CMD),
+            Until(lambda body: MEMORY in json.dumps(body, ensure_ascii=False), client.shell("sleep 4"), tries=4),
+            Text(FINAL)]
+
+
+@pytest.fixture(scope="module", params=["claude", "codex"])
+def judged(request, tmp_path_factory):
+    client = CLIENTS[request.param]
+    client.executable()  # skips when the pinned client is not installed
+    recalld_executable()
+    pytest.importorskip("llama_cpp")
+    sc = Scratch(str(tmp_path_factory.mktemp(f"{client.name}-judged")))
+    client.prepare(sc)
+    mid = sc.remember(MEMORY, "--kind", "procedure")
+    sc.install(client.install_as)
+    configure(sc, daemon=DAEMON, judge=JUDGE, models={"judge": None}, proposals={"enabled": False})
+    s = client.stand_in(_script(client))
+    try:
+        with Daemon(sc), s:
+            run = client.run(sc, s, PROMPT)
+    finally:
+        sc.save("standin.log", s.log_text())
+    return client, sc, s, run, mid
+
+
+def _queue(sc):
+    conn = sqlite3.connect(f"file:{os.path.join(sc.recalld_home, 'recalld.db')}?mode=ro", uri=True)
+    try:
+        q = conn.execute("SELECT id, memory_id, session FROM queue ORDER BY id").fetchall()
+        d = conn.execute("SELECT queue_id, session, receipt_uid FROM queue_delivered ORDER BY queue_id").fetchall()
+        return q, d
+    finally:
+        conn.close()
+
+
+def test_judged_memory_reaches_a_later_request_of_the_live_session(judged):
+    client, sc, s, run, mid = judged
+    main = s.main_requests()
+    where = f"(logs in {sc.root}: standin.log, client.txt, daemon.out, recalld-home/logs)\n{run.tail(1500)}"
+    if run.rc != 0 or not main:
+        pytest.fail(f"{client.name} did not complete its run ({len(main)} model requests) " + where)
+    assert MEMORY not in main[0].raw, "the memory was there before the need: the pre-step found it " + where
+    told = [i for i, r in enumerate(main) if MEMORY in r.raw]
+    assert told, "the judged memory never reached the model " + where
+    # after the failing command's output: the need came from what the session did
+    assert any("ledger_snapshots" in o for o in s.tool_outputs(main[told[0]].body)), where
+
+    recs = sc.receipts()
+    assert not [(r["hook"], r["error"]) for r in recs if r["outcome"] == "error"], where
+    passes = [r for r in recs if r.get("source") == "daemon"]
+    assert any(r["outcome"] == "injected" for r in passes), [(r["outcome"], r.get("error")) for r in passes]
+    queue, delivered = _queue(sc)
+    ours = [q for q in queue if q[1] == mid]
+    assert len(ours) == 1, queue
+    qid, _, session = ours[0]
+    key = f"q:{qid}"
+    hooks = [r for r in recs if r.get("source") == "hook" and key in r["delivered_ids"]]
+    assert len(hooks) == 1, [(r["hook"], r["delivered_ids"]) for r in recs if r.get("source") == "hook"]
+    assert hooks[0]["hook"] in ("pre-tool", "post-tool", "prompt-submit") and hooks[0]["session"] == session
+    assert [(d[0], d[2]) for d in delivered if d[0] == qid] == [(qid, hooks[0]["uid"])], delivered
