@@ -68,8 +68,10 @@ def memory_items(ctx: Ctx) -> list:
         return []
     from recalld.core.search import search  # after the test: only prompts search
     cfg = ctx.cfg
-    from recalld.hook import semantic  # asked first: the daemon embeds while this searches
-    asked = semantic.start(ctx, int(cfg["max_results"]) * 3, float(cfg["floor"]))
+    asked = None
+    if cfg.get("semantic_wait_ms"):  # off by default: then the module is not even imported
+        from recalld.hook import semantic  # asked first: the daemon embeds while this searches
+        asked = semantic.start(ctx, int(cfg["max_results"]) * 3, float(cfg["floor"]))
     hits = search(ctx.conn, ctx.hi.text, ctx.scope, limit=int(cfg["max_results"]) * 3, floor=0.0)
     above = [h for h in hits if h.score >= float(cfg["floor"])]
     if asked is not None:  # the daemon's fused ranking, or (down, slow, broken) the lexical one
