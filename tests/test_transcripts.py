@@ -254,3 +254,20 @@ def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path, shared_tr
     assert [e.as_dict() for e in with_bom] == [e.as_dict() for e in plain]
     assert T.parse_line(b'{"type": "user", "message": {"content": "caf\xe9"}}', st) is None
     assert st.malformed == 1 and st.line_no == 2
+
+
+def test_file_turns_splits_at_turn_ends_and_keeps_an_unfinished_last_turn_only_when_asked(tmp_path):
+    from recalld.daemon import transcripts
+
+    rec = lambda kind, text, uid: json.dumps({
+        "type": kind, "uuid": uid, "sessionId": "s", "cwd": "/p", "timestamp": "2026-12-01T00:00:00Z",
+        "message": {"role": kind, "content": text}})
+    end = json.dumps({"type": "system", "subtype": "turn_duration", "uuid": "e1", "sessionId": "s",
+                      "timestamp": "2026-12-01T00:00:01Z", "durationMs": 5})
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join([rec("user", "first question", "u1"), end, rec("user", "second, unanswered", "u2")]) + "\n")
+    finished = transcripts.file_turns(str(path))
+    every = transcripts.file_turns(str(path), unfinished=True)
+    assert len(finished) == 1 and len(every) == 2
+    assert all(ev.kind != "turn_end" for turn in every for ev in turn)
+    assert "second, unanswered" in " ".join(ev.text for ev in every[1])

@@ -58,16 +58,7 @@ def turns_of(path: Path) -> list:
     has no turn-end record (the daemon waits for one; `propose --history` does not)."""
     from recalld.daemon import transcripts
 
-    turns, cur = [], []
-    for ev in transcripts.parse_file(str(path)):
-        if ev.kind == "turn_end":
-            turns.append(cur)
-            cur = []
-        else:
-            cur.append(ev)
-    if cur:
-        turns.append(cur)
-    return turns
+    return transcripts.file_turns(str(path), unfinished=True)
 
 
 def similarity(a: str, b: str) -> float:

@@ -27,14 +27,7 @@ from recalld.bench.common import Unavailable, transcripts_dir
 def turns_of(path: Path) -> list:
     from recalld.daemon import transcripts
 
-    turns, cur = [], []
-    for ev in transcripts.parse_file(str(path)):
-        if ev.kind == "turn_end":
-            turns.append(cur)
-            cur = []
-        else:
-            cur.append(ev)
-    return turns  # an unfinished last turn is not passed (the daemon waits for its end)
+    return transcripts.file_turns(str(path))  # an unfinished last turn is not passed
 
 
 def _passes(files, per_turn: bool, runtime, examples: list) -> list:

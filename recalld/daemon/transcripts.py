@@ -124,6 +124,22 @@ def parse_file(path) -> Iterator[Event]:
                 yield ev
 
 
+def file_turns(path, unfinished: bool = False) -> list:
+    """A whole file's turns (lists of events, without their turn-end records). A last turn
+    with no turn-end yet is left out unless `unfinished`: the daemon waits for its end, while a
+    finished session's last turn often has none."""
+    turns, cur = [], []
+    for ev in parse_file(path):
+        if ev.kind == "turn_end":
+            turns.append(cur)
+            cur = []
+        else:
+            cur.append(ev)
+    if unfinished and cur:
+        turns.append(cur)
+    return turns
+
+
 def parse_record(obj: dict, fmt: str, state: ParseState) -> list:
     adapter = agents.by_name(fmt)
     if adapter is None or adapter.parse_record is None:
