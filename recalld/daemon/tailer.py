@@ -496,30 +496,43 @@ class Watcher:
         if self.observer is None:
             return
         with self._lock:
-            wanted = set()
-            for root, _kind in self.tailer.roots:
-                key = str(root)
-                if key in self.watched:
-                    continue
-                if root.is_dir():
-                    if self._schedule(key, recursive=True) is not None:
-                        self.watched.add(key)
-                        if not started:
-                            self.attached += 1
-                            self._catch_up(key)
-                    continue
-                parent = _nearest_existing(root)
-                if parent is not None:
-                    wanted.add(parent)
-            for parent in wanted - set(self.waiting):
-                w = self._schedule(parent, recursive=False)
-                if w is not None:
-                    self.waiting[parent] = w
-            for parent in set(self.waiting) - wanted:
-                try:
-                    self.observer.unschedule(self.waiting.pop(parent))
-                except (KeyError, ValueError, OSError):
-                    pass
+            # A directory made between the event that brought us here and the new watch being
+            # in place sends no event to anyone: so look again once the watches are set, until
+            # nothing moved (each pass goes at least one directory deeper, so this ends).
+            for _ in range(16):
+                if not self._refresh_once(started):
+                    break
+
+    def _refresh_once(self, started: bool) -> bool:
+        """One look at the roots; True when it attached a root or moved a wait."""
+        moved = False
+        wanted = set()
+        for root, _kind in self.tailer.roots:
+            key = str(root)
+            if key in self.watched:
+                continue
+            if root.is_dir():
+                if self._schedule(key, recursive=True) is not None:
+                    self.watched.add(key)
+                    moved = True
+                    if not started:
+                        self.attached += 1
+                        self._catch_up(key)
+                continue
+            parent = _nearest_existing(root)
+            if parent is not None:
+                wanted.add(parent)
+        for parent in wanted - set(self.waiting):
+            w = self._schedule(parent, recursive=False)
+            if w is not None:
+                self.waiting[parent] = w
+                moved = True
+        for parent in set(self.waiting) - wanted:
+            try:
+                self.observer.unschedule(self.waiting.pop(parent))
+            except (KeyError, ValueError, OSError):
+                pass
+        return moved
 
     def _schedule(self, path: str, recursive: bool):
         try:
