@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from recalld.core import db, receipts
 from tests.helpers import REPO, run_recalld
@@ -81,3 +82,55 @@ def test_twenty_processes_at_once(home, project):
     hook_receipts = [r for r in receipts.read(conn, session="conc")]
     assert len(hook_receipts) == 10
     assert len({r["uid"] for r in hook_receipts}) == 10
+
+
+OPEN_FRESH = """
+import sys, time
+from recalld.core import db
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all open at the same instant
+try:
+    db.connect(sys.argv[1]).execute("SELECT count(*) FROM memories").fetchone()
+except Exception as e:
+    print(repr(e))
+"""
+
+
+def test_processes_opening_a_store_that_does_not_exist_yet_all_get_it(tmp_path):
+    # Seen in CI: the daemon and the MCP server opening a fresh store together, and one got
+    # "database is locked" from the switch to WAL (SQLite skips its busy handler there).
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for trial in range(10):
+        path = tmp_path / f"fresh{trial}" / "recalld.db"
+        at = str(time.time() + 0.6)
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_FRESH, str(path), at], stdout=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(6)]
+        outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+        assert not any(outs), (trial, outs)
+
+
+def test_the_switch_to_wal_waits_out_an_immediate_lock():
+    class Conn:
+        calls = 0
+
+        def execute(self, sql):
+            Conn.calls += 1
+            if Conn.calls <= 3:
+                raise db.sqlite3.OperationalError("database is locked")
+            return self
+
+        def fetchone(self):
+            return ["wal"]
+
+    db._enter_wal(Conn(), busy_ms=2000)
+    assert Conn.calls == 4
+
+    class Broken(Conn):
+        def execute(self, sql):
+            raise db.sqlite3.OperationalError("disk I/O error")
+
+    try:
+        db._enter_wal(Broken(), busy_ms=2000)
+    except db.sqlite3.OperationalError as e:
+        assert "disk" in str(e)
+    else:
+        raise AssertionError("a real error was swallowed")

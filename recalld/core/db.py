@@ -6,6 +6,7 @@ disk; a busy timeout so concurrent writers wait instead of failing.
 
 import os
 import sqlite3
+import time
 
 from recalld.core import paths
 from recalld.core.migrations import MIGRATIONS
@@ -30,14 +31,30 @@ def connect(path: "str | os.PathLike | None" = None, *, busy_ms: int = 10_000, m
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
     if not readonly:
-        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        _enter_wal(conn, busy_ms)
         conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA foreign_keys = ON")
     if migrate and not readonly:
         ensure_schema(conn)
     return conn
+
+
+def _enter_wal(conn: sqlite3.Connection, busy_ms: int) -> None:
+    """Switch a new store to WAL. Two processes doing this on a fresh file at once can get
+    "database is locked" at once: SQLite skips the busy handler when waiting could deadlock
+    (both hold SHARED, both want EXCLUSIVE), so the wait is done here, up to busy_ms."""
+    deadline = time.monotonic() + busy_ms / 1000
+    delay = 0.002
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
