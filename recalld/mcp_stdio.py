@@ -5,6 +5,9 @@ servers have answered (observed with 0.171.0), and importing the mcp SDK alone t
 `recalld mcp`'s startup: recalld's tools were missing from that first request in 5 of 5 runs.
 So this module, standard library only, reads the JSON-RPC lines on stdin itself and, while the
 SDK loads in a thread, answers `initialize`, `ping` and `tools/list` from recalld/mcp_manifest.py,
+or, for a client that opens with the stateless protocol of 2026-07-28 (Claude Code 2.1.332 probes
+`server/discover` and waits for it: 2.7 s under load before this), `server/discover`, the three
+lists and the acknowledgement of `subscriptions/listen`,
 which holds the SDK's own answers for recalld's tools (generated from the SDK by
 `python3 -m recalld.mcp_stdio --write-manifest`; tests/test_mcp_startup.py fails when they drift).
 Everything else (every tool call) is the SDK's: lines are relayed to the real MCPServer of
@@ -22,6 +25,11 @@ import threading
 MANIFEST_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_manifest.py")
 INTERNAL_ERROR = -32603
 EXIT_WAIT_S = 5  # after stdin closes, how long the SDK may take to answer what it was sent
+# The stateless protocol's per-request envelope (2026-07-28): every request says its version.
+PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+MODERN_LISTS = {"prompts/list": "prompts_list", "resources/list": "resources_list", "tools/list": "tools_list"}
+LISTEN_FLAGS = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
 
 
 class _Wire:
@@ -55,13 +63,16 @@ class _Relay:
         self.failed: "str | None" = None
         self.lock = threading.Lock()
         self.drop: set = set()  # ids of requests answered here, whose SDK answer is dropped
+        self.drop_acks: set = set()  # subscriptions/listen ids whose acknowledgement was sent here
         self.pending: dict = {}  # id -> True for requests the SDK has not answered yet
         self.thread = threading.Thread(target=self._run, name="recalld-mcp-sdk", daemon=True)
         self.thread.start()
 
-    def feed(self, raw: bytes, msg, drop: bool = False) -> None:
+    def feed(self, raw: bytes, msg, drop: bool = False, acked: bool = False) -> None:
         mid = msg.get("id") if isinstance(msg, dict) and "method" in msg else None
         with self.lock:
+            if acked:
+                self.drop_acks.add(_key(mid))
             if self.failed is not None:
                 if mid is not None and not drop:
                     self.wire.reply(mid, error={"code": INTERNAL_ERROR, "message": self.failed})
@@ -80,6 +91,13 @@ class _Relay:
         try:
             msg = json.loads(line)
         except ValueError:
+            return True
+        if isinstance(msg, dict) and msg.get("method") == "notifications/subscriptions/acknowledged":
+            sid = ((msg.get("params") or {}).get("_meta") or {}).get(SUBSCRIPTION_ID)
+            with self.lock:
+                if _key(sid) in self.drop_acks:
+                    self.drop_acks.discard(_key(sid))
+                    return False
             return True
         if isinstance(msg, dict) and "method" not in msg and "id" in msg:
             with self.lock:
@@ -164,6 +182,42 @@ def _initialize_result(manifest: dict, params) -> dict:
     return dict(manifest["initialize"], protocolVersion=version)
 
 
+def _modern_version(msg: dict, manifest: dict) -> bool:
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and meta.get(PROTOCOL_VERSION) in manifest["modern"]["versions"]
+
+
+def _early_modern(wire: _Wire, relay: _Relay, raw: bytes, msg: dict, method, modern: dict) -> bool:
+    """Answer a stateless request from the manifest while the SDK loads; False: the SDK's.
+    discover and listen still reach the SDK (their answers here stand in for its own: the
+    listen subscription must be the SDK's, which will hold it)."""
+    if not _modern_version(msg, {"modern": modern}):
+        return False
+    params = msg.get("params") or {}
+    if method == "server/discover":
+        wire.reply(msg["id"], modern["discover"])
+        relay.feed(raw, msg, drop=True)
+        return True
+    if method in MODERN_LISTS and not params.get("cursor"):
+        wire.reply(msg["id"], modern[MODERN_LISTS[method]])
+        return True
+    if method == "subscriptions/listen":
+        wanted = params.get("notifications")
+        # Only the plain list-changed flags: the SDK echoes those it honours (all of them);
+        # anything else (resource URIs, extensions) waits for the SDK's own answer.
+        if not isinstance(wanted, dict) or any(k not in LISTEN_FLAGS or not isinstance(v, bool)
+                                               for k, v in wanted.items()):
+            return False
+        honored = {k: True for k in LISTEN_FLAGS if wanted.get(k)}
+        wire.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                              "params": {"_meta": {SUBSCRIPTION_ID: msg["id"]}, "notifications": honored}},
+                             separators=(",", ":"), ensure_ascii=False).encode())
+        relay.feed(raw, msg, acked=True)
+        return True
+    return False
+
+
 def serve(root: "str | None" = None, stdin=None) -> None:
     from recalld.mcp_manifest import MANIFEST
 
@@ -171,7 +225,8 @@ def serve(root: "str | None" = None, stdin=None) -> None:
     relay = _Relay(root, wire)
     src = stdin or sys.stdin.buffer
     initialized = False
-    early = True  # answer early only a client that opens with the handshake (see below)
+    early = True  # answer early only a client that opens with a handshake it knows (see below)
+    modern = False  # the client opened with server/discover in a version the manifest holds
     for raw in iter(src.readline, b""):
         if not raw.strip():
             continue
@@ -180,18 +235,22 @@ def serve(root: "str | None" = None, stdin=None) -> None:
         except ValueError:
             msg = None  # the SDK answers a line that is not JSON the way the protocol says
         method = msg.get("method") if isinstance(msg, dict) else None
-        if early and not initialized and method != "initialize":
-            # A client that opens otherwise (Claude Code 2.1.332 probes `server/discover`, the
-            # stateless protocol of 2026-07-28, before it sends initialize) negotiates with the
-            # SDK itself: two voices answering one session would disagree on its protocol.
-            early = False
+        if early and not initialized and not modern and method != "initialize":
+            # A client that opens otherwise negotiates with the SDK itself: two voices answering
+            # one session would disagree on its protocol. The stateless protocol is the
+            # exception: no session, and every request names its version.
+            modern = method == "server/discover" and _modern_version(msg, MANIFEST)
+            early = modern
         if early and not relay.ready.is_set() and isinstance(msg, dict) and "id" in msg:
-            if method == "initialize" and not initialized:
+            if modern:
+                if _early_modern(wire, relay, raw, msg, method, MANIFEST["modern"]):
+                    continue
+            elif method == "initialize" and not initialized:
                 wire.reply(msg["id"], _initialize_result(MANIFEST, msg.get("params")))
                 relay.feed(raw, msg, drop=True)
                 initialized = True
                 continue
-            if initialized and method in ("tools/list", "ping") and not (msg.get("params") or {}).get("cursor"):
+            elif initialized and method in ("tools/list", "ping") and not (msg.get("params") or {}).get("cursor"):
                 wire.reply(msg["id"], MANIFEST["tools_list"] if method == "tools/list" else {})
                 continue
         relay.feed(raw, msg)
@@ -221,8 +280,9 @@ def main(argv: list) -> int:
 
 SDK_PROBE = """
 import json, sys
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-print(json.dumps({"versions": list(HANDSHAKE_PROTOCOL_VERSIONS), "latest": LATEST_HANDSHAKE_VERSION}))
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+print(json.dumps({"versions": list(HANDSHAKE_PROTOCOL_VERSIONS), "latest": LATEST_HANDSHAKE_VERSION,
+                  "modern": list(MODERN_PROTOCOL_VERSIONS)}))
 """
 
 
@@ -260,8 +320,24 @@ def manifest_from_sdk() -> dict:
                                          check=True).stdout)
     result = dict(by_id[1])
     assert result.pop("protocolVersion") == versions["latest"]
+    modern = {"versions": versions["modern"]}
+    for version in versions["modern"]:
+        got = {m["id"]: m.get("result", m.get("error")) for m in sdk_answers(modern_requests(version))}
+        answers = {"discover": got[1], "prompts_list": got[2], "resources_list": got[3], "tools_list": got[4]}
+        # one answer for every modern version, or the fast path would need one per version
+        assert modern.setdefault("answers", answers) == answers, version
+    modern.update(modern.pop("answers", {}))
     return {"versions": versions["versions"], "latest": versions["latest"], "initialize": result,
-            "tools_list": by_id[2]}
+            "tools_list": by_id[2], "modern": modern}
+
+
+def modern_requests(version: str, client=None) -> list:
+    """server/discover and the three lists in the stateless protocol's envelope."""
+    meta = {PROTOCOL_VERSION: version,
+            "io.modelcontextprotocol/clientInfo": client or {"name": "m", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    return [{"jsonrpc": "2.0", "id": i, "method": m, "params": {"_meta": meta}}
+            for i, m in enumerate(("server/discover", "prompts/list", "resources/list", "tools/list"), 1)]
 
 
 def manifest_source(manifest: dict) -> str:

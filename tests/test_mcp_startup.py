@@ -93,3 +93,65 @@ def test_options_the_fast_path_does_not_know_go_to_click(home, project):
                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
     assert p.returncode == 0 and b"--project" in p.stdout
     assert mcp_stdio.main(["--project", str(project / "missing")]) == -1
+
+
+CLAUDE_CODE = {"name": "claude-code", "title": "Claude Code", "version": "2.1.332"}
+
+
+def claude_code_opening(version="2026-07-28"):
+    """What Claude Code 2.1.332 sends first (recorded from the real client): a discover probe,
+    a listen for list changes, discover again, then the three lists, all in the stateless
+    protocol's envelope."""
+    reqs = mcp_stdio.modern_requests(version, client=CLAUDE_CODE)
+    probe = dict(reqs[0], id="server-discover-probe-1")
+    listen = {"jsonrpc": "2.0", "id": "listen:0", "method": "subscriptions/listen",
+              "params": {"_meta": reqs[0]["params"]["_meta"],
+                         "notifications": {"toolsListChanged": True, "promptsListChanged": True,
+                                           "resourcesListChanged": True}}}
+    return [probe, listen, *reqs]
+
+
+def by_key(messages):
+    return {m.get("id", m.get("method")): m for m in messages}
+
+
+def test_the_stateless_opening_is_answered_as_the_sdk_answers_it(home, project):
+    opening = claude_code_opening()
+    # A ping last: the SDK answers it after it has taken the listen (the pipe keeps the order),
+    # so an acknowledgement sent twice would arrive before it.
+    ping = {"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"_meta": opening[0]["params"]["_meta"]}}
+    lines = [m for _, m in talk(project, [*opening, ping])]
+    sdk = by_key(mcp_stdio.sdk_answers([*opening, ping], cwd=str(project)))
+    fast = by_key(lines)
+    assert set(fast) == set(sdk) == {"server-discover-probe-1", "notifications/subscriptions/acknowledged", 1, 2, 3, 4, 5}
+    assert fast == sdk
+    assert len(lines) == 7
+
+
+def test_the_stateless_opening_does_not_wait_for_the_sdk(home, project, tmp_path):
+    shim = tmp_path / "shim" / "mcp"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("import time\ntime.sleep(4)\nraise ImportError('no SDK in this test')\n")
+    opening = claude_code_opening()
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"_meta": opening[0]["params"]["_meta"], "name": "search", "arguments": {"query": "x"}}}
+    got = {m.get("id", m.get("method")): (t, m) for t, m in talk(project, [*opening, call],
+                                                                  first_on_path=str(tmp_path / "shim"), want=8)}
+    t_list, m_list = got[4]
+    t_call, m_call = got[9]
+    assert m_list["result"] == MANIFEST["modern"]["tools_list"]
+    assert [t["name"] for t in m_list["result"]["tools"]] == [t["name"] for t in MANIFEST["tools_list"]["tools"]]
+    assert got["notifications/subscriptions/acknowledged"][1]["params"]["_meta"] == {mcp_stdio.SUBSCRIPTION_ID: "listen:0"}
+    assert t_call - t_list > 2, (t_list, t_call)
+    assert "no SDK in this test" in m_call["error"]["message"]
+    # The SDK never came up, so the listen it was to hold fails too, and says why.
+    assert "no SDK in this test" in got["listen:0"][1]["error"]["message"]
+    assert len(got) == 8
+
+
+def test_a_stateless_version_the_manifest_does_not_hold_goes_to_the_sdk(home, project, tmp_path):
+    shim = tmp_path / "shim" / "mcp"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("import time\ntime.sleep(3)\nraise ImportError('no SDK in this test')\n")
+    (_, first), = talk(project, mcp_stdio.modern_requests("2099-01-01")[:1], first_on_path=str(tmp_path / "shim"))
+    assert "no SDK in this test" in first["error"]["message"]
