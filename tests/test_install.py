@@ -88,7 +88,7 @@ def test_claude_user_install_is_idempotent_and_uninstall_restores(user):
     after = load(settings)
     ours = recalld_handlers(after)
     assert sorted(ours) == sorted(["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse",
-                                   "Stop", "SubagentStop"])
+                                   "PostToolUseFailure", "Stop", "SubagentStop"])
     for event, [(matcher, h)] in ours.items():
         assert isinstance(h["timeout"], int) and 1 <= h["timeout"] <= 30
         assert h["type"] == "command"

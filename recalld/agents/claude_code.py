@@ -38,8 +38,8 @@ class ClaudeCode(Adapter):
         "SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStop",
         "PreCompact", "SessionEnd", "SubagentStart", "PostToolUseFailure", "Notification", "PostCompact"})
     events = (("SessionStart", "session-start"), ("UserPromptSubmit", "prompt-submit"),
-              ("PreToolUse", "pre-tool"), ("PostToolUse", "post-tool"), ("Stop", "stop"),
-              ("SubagentStop", "stop"))
+              ("PreToolUse", "pre-tool"), ("PostToolUse", "post-tool"), ("PostToolUseFailure", "post-tool"),
+              ("Stop", "stop"), ("SubagentStop", "stop"))
     bash_tools = frozenset({"bash"})
     write_tools = frozenset({"write", "edit", "multiedit", "notebookedit"})
     delegate_tools = frozenset({"task", "agent"})
@@ -51,6 +51,8 @@ class ClaudeCode(Adapter):
     # Observed in 2.1.332: SessionStart and UserPromptSubmit context arrive with the prompt;
     # PreToolUse context only after the tool ran (so a crystal that must come first gates);
     # PostToolUse with the result; Stop context reaches the model and it takes another step.
+    # A tool call that fails (a command's non-zero exit) fires PostToolUseFailure instead of
+    # PostToolUse, with the message in `error`: the moment an error-bound crystal is for.
     context_events = frozenset({"session-start", "prompt-submit", "pre-tool", "post-tool", "stop"})
     # A PreToolUse deny stops the call before it runs; the reason arrives as its tool_result.
     gate_events = frozenset({"pre-tool"})

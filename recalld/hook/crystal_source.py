@@ -24,12 +24,15 @@ MAX_RESPONSE = 20_000
 
 
 def act_text(hi) -> str:
-    """What a crystal matches for this act. tool-result adds the tool's response (an error
-    message is often the moment a crystal matters)."""
+    """What a crystal matches for this act. tool-result adds the tool's response, or the
+    failure's message (an error message is often the moment a crystal matters)."""
     if hi.act != "tool-result":
         return hi.text
     resp = (hi.payload or {}).get("tool_response")
     parts = [hi.text]
+    error = (hi.payload or {}).get("error")  # Claude Code's PostToolUseFailure
+    if isinstance(error, str):
+        parts.append(error)
     if isinstance(resp, str):
         parts.append(resp)
     elif isinstance(resp, dict):

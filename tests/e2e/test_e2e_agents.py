@@ -34,6 +34,12 @@ RESET = "git reset --hard"
 RESET_OUTPUT = "HEAD is now at"
 POST_MARK = "CRYSTAL-POST-9D1E"
 POST_CRYSTAL = f"❗ {POST_MARK}: after a hard reset, check `git stash list` for work to restore."
+# A command that fails; its error (not its command line, which spells it otherwise) is what a
+# crystal is bound to. Claude Code reports a failed call as PostToolUseFailure.
+FAIL_CMD = "printf 'FATAL-%s-HELD\\n' LOCK-42 >&2; exit 3"
+FAIL_OUTPUT = "FATAL-LOCK-42-HELD"
+FAIL_MARK = "CRYSTAL-FAIL-5B2C"
+FAIL_CRYSTAL = f"❗ {FAIL_MARK}: a held lock means another run is live: wait for it, never delete the lock."
 
 
 
@@ -72,16 +78,19 @@ def _tools_script(client):
     """After an unrelated prompt: search recalld over MCP, then run `git reset --hard`, which a
     crystal guards. If the model was told the crystal and the command did not run, it re-issues
     the call once (the model read the note and the act is still right)."""
-    retried = []
+    retried, failed = [], []
 
     def after_reset(body, stand_in):
         ran = any(RESET_OUTPUT in o for o in stand_in.tool_outputs(body))
         if CRYSTAL_MARK in json.dumps(body, ensure_ascii=False) and not ran and not retried:
             retried.append(1)
             return client.shell(RESET)
+        if not failed:  # then a command that fails
+            failed.append(1)
+            return client.shell(FAIL_CMD)
         return Text(FINAL)
 
-    return client.mcp_search("sqlite-utils upsert") + [client.shell(RESET), after_reset, after_reset]
+    return client.mcp_search("sqlite-utils upsert") + [client.shell(RESET), after_reset, after_reset, after_reset]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +100,7 @@ def tools(client, tmp_path_factory):
     def setup(sc):
         sc.crystal("reset-hard", "bash", RESET, CRYSTAL, CRYSTAL_MARK)
         sc.crystal("after-reset", "tool-result", RESET_OUTPUT, POST_CRYSTAL, POST_MARK)
+        sc.crystal("lock-held", "tool-result", FAIL_OUTPUT, FAIL_CRYSTAL, FAIL_MARK)
         with open(f"{sc.project}/README.md", "a", encoding="utf-8") as f:
             f.write("uncommitted work\n")
 
@@ -199,6 +209,16 @@ def test_post_tool_context_reaches_the_model(tools):
     """A crystal bound to the tool's result (post-tool) arrives with or after that result."""
     tools.require_run()
     assert any(POST_MARK in r.raw for r in tools.main), tools.where()
+
+
+@agents()
+def test_a_failed_commands_error_reaches_its_crystal(tools):
+    """A crystal bound to an error only that command's output says: the failed call's post-tool
+    hook (Claude Code: PostToolUseFailure) reads the error, and the note reaches the model."""
+    tools.require_run()
+    failed = [i for i, r in enumerate(tools.main) if FAIL_OUTPUT in r.raw]
+    assert failed, "the failing command never ran " + tools.where()
+    assert any(FAIL_MARK in r.raw for r in tools.main[failed[0]:]), tools.where()
 
 
 @agents()
