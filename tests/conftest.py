@@ -75,6 +75,10 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     monkeypatch.delenv("RECALLD_AGENT", raising=False)
     monkeypatch.delenv("RECALLD_MODEL", raising=False)
+    from recalld import agents
+    for a in agents.ADAPTERS:  # a suite run from an agent's shell is still the user's
+        for var in a.shell_markers:
+            monkeypatch.delenv(var, raising=False)
     (tmp_path / "user").mkdir()
     return h
 

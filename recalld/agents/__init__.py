@@ -60,6 +60,15 @@ def detect(payload: dict) -> Adapter:
     return best
 
 
+def shell_owner(environ) -> "tuple | None":
+    """(adapter, variable) when `environ` is an agent's tool shell, else None."""
+    for a in ADAPTERS:
+        for var in a.shell_markers:
+            if environ.get(var):
+                return a, var
+    return None
+
+
 def transcript_adapter(path: str, first: "dict | None" = None) -> Adapter:
     """The adapter whose transcript format a file is in (from its path and first record)."""
     for a in TRANSCRIPT_ADAPTERS:

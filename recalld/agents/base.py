@@ -57,6 +57,9 @@ class Adapter:
     mcp_format: "str | None" = None  # "json" (mcpServers) or "toml"; None: no MCP server
     hooks_config_keys: tuple = ()  # keys the agent keeps inside `hooks` next to the events
     fallback = False  # a hook payload or transcript no adapter claims is taken to be this agent's
+    # Environment variables the agent sets in the shell its tool runs commands in (observed in
+    # the pinned clients): a command that finds one was typed by the agent, not by the user.
+    shell_markers: tuple = ()
     parse_record = None  # (record: dict, st: ParseState) -> [Event], for agents with transcripts
     # Our events whose context output (additionalContext, or git's plain text) reaches the model
     # in this client, as the end-to-end tests observed (docs/install.md). The hook claims a

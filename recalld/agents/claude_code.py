@@ -34,6 +34,7 @@ class ClaudeCode(Adapter):
     name = "claude"
     install_name = "claude-code"
     aliases = ("claude_code",)
+    shell_markers = ("CLAUDECODE",)
     known_events = frozenset({
         "SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStop",
         "PreCompact", "SessionEnd", "SubagentStart", "PostToolUseFailure", "Notification", "PostCompact"})

@@ -29,6 +29,7 @@ def home() -> str:
 class Codex(Adapter):
     name = "codex"
     install_name = "codex"
+    shell_markers = ("CODEX_THREAD_ID", "CODEX_SANDBOX")
     known_events = frozenset({"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
                               "PreCompact", "SubagentStart", "SubagentStop"})
     events = (("SessionStart", "session-start"), ("UserPromptSubmit", "prompt-submit"),

@@ -36,6 +36,7 @@ def gemini_dir() -> str:
 class Gemini(Adapter):
     name = "gemini"
     install_name = "gemini"
+    shell_markers = ("GEMINI_CLI",)
     known_events = DETECT_EVENTS | {"SessionStart", "SessionEnd", "Notification"}
     events = (("SessionStart", "session-start"), ("BeforeAgent", "prompt-submit"),
               ("BeforeTool", "pre-tool"), ("AfterTool", "post-tool"), ("AfterAgent", "stop"))

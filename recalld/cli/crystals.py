@@ -183,6 +183,22 @@ def trust_line(summary: dict) -> str:
             f"Read them (`recalld crystals show ID`), then `{summary['command']}`")
 
 
+def refuse_in_agent_shell(command: str) -> None:
+    """A cloned repository's crystals are withheld until the user trusts them; an agent that
+    runs `recalld crystals trust` itself (to make a held command pass, say) is not the user.
+    This stops an agent granting trust in passing; it is not a sandbox (an agent that can write
+    RECALLD_HOME can write anything there)."""
+    from recalld import agents
+    from recalld.cli.common import Fail
+
+    owner = agents.shell_owner(os.environ)
+    if owner:
+        adapter, var = owner
+        raise Fail(f"`recalld {command}` must come from you, not from an agent: this shell is "
+                   f"{adapter.install_name or adapter.name}'s ({var} is set). Read the crystals "
+                   f"(`recalld crystals list`, `show ID`) and run it in your own terminal.")
+
+
 def trust_folder(cwd: "str | None") -> dict:
     """Record the project's crystal folder as trusted with the sha256 of each file, read now
     (not from the hook's cache), so what is trusted is what the user just listed."""
@@ -346,7 +362,9 @@ def register(cli):
 
         Records .recalld/crystals/ with the sha256 of each crystal file in RECALLD_HOME. A cloned
         repository's crystals are withheld until then, and again whenever a file is added,
-        removed or changed. Read them first: `recalld crystals list` and `show ID`."""
+        removed or changed. Read them first: `recalld crystals list` and `show ID`.
+        Refused in an agent's tool shell: trust is the user's to give."""
+        refuse_in_agent_shell("crystals trust")
         res = trust_folder(directory)
         if as_json:
             echo_json(res)

@@ -78,7 +78,7 @@ def _tools_script(client):
     """After an unrelated prompt: search recalld over MCP, then run `git reset --hard`, which a
     crystal guards. If the model was told the crystal and the command did not run, it re-issues
     the call once (the model read the note and the act is still right)."""
-    retried, failed = [], []
+    retried, failed, trusted = [], [], []
 
     def after_reset(body, stand_in):
         ran = any(RESET_OUTPUT in o for o in stand_in.tool_outputs(body))
@@ -88,9 +88,12 @@ def _tools_script(client):
         if not failed:  # then a command that fails
             failed.append(1)
             return client.shell(FAIL_CMD)
+        if not trusted:  # then the agent tries to trust the project's crystals itself
+            trusted.append(1)
+            return client.shell(f"{recalld_executable()} crystals trust; echo trust-rc=$?")
         return Text(FINAL)
 
-    return client.mcp_search("sqlite-utils upsert") + [client.shell(RESET), after_reset, after_reset, after_reset]
+    return client.mcp_search("sqlite-utils upsert") + [client.shell(RESET), *[after_reset] * 4]
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +212,16 @@ def test_post_tool_context_reaches_the_model(tools):
     """A crystal bound to the tool's result (post-tool) arrives with or after that result."""
     tools.require_run()
     assert any(POST_MARK in r.raw for r in tools.main), tools.where()
+
+
+@agents()
+def test_the_agent_cannot_trust_crystals_from_its_shell(tools):
+    """Trust is the user's: `recalld crystals trust` run by the agent's tool is refused, and the
+    refusal is what the model reads (each client marks its tool shell; agents.shell_owner)."""
+    tools.require_run()
+    outs = [o for per_request in tools.tool_outputs() for o in per_request if "trust-rc=" in o]
+    assert outs, "the trust command never ran " + tools.where()
+    assert "must come from you, not from an agent" in outs[0] and "trust-rc=1" in outs[0], outs[0]
 
 
 @agents()

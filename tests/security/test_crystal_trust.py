@@ -255,3 +255,18 @@ def test_a_huge_crystal_file_is_skipped_unread(home, cloned):
     with pytest.raises(crystals.ParseError) as e:
         crystals.parse_file(str(d / "huge.md"))
     assert e.value.code == "oversize"
+
+
+@pytest.mark.parametrize("var", ["CLAUDECODE", "CODEX_THREAD_ID", "GEMINI_CLI"])
+def test_an_agents_shell_cannot_trust_crystals(home, cloned, var):
+    """The agent that was held by a crystal could otherwise trust the folder itself and run on.
+    Each variable is what that client sets in its tool's shell (seen in the pinned clients;
+    tests/e2e checks it through the real ones)."""
+    p = run_recalld(["crystals", "trust", str(cloned)], env=dict(env(home), **{var: "1"}))
+    assert p.returncode == 1 and b"must come from you, not from an agent" in p.stderr and var.encode() in p.stderr
+    assert not (home / trust.LOG).exists() or "trust" not in (home / trust.LOG).read_text()
+    assert "EVIL" not in boot(home, cloned)[0]
+    # Withholding is always allowed, and the user's own shell still trusts.
+    assert run_recalld(["crystals", "untrust", str(cloned)], env=dict(env(home), **{var: "1"})).returncode == 0
+    assert cli(home, "crystals", "trust", str(cloned)).returncode == 0
+    assert "EVIL-ESSENCE" in boot(home, cloned)[0]
