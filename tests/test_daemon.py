@@ -245,7 +245,9 @@ def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, share
     assert {row["id"] for row in rows} == {q["queue_id"] for q in det["queued"]}
     assert all(row["session"] == SHORT_SESSION and row["expires_at"] for row in rows)
 
-    pre_tool = payload(session_id=SHORT_SESSION, transcript_path=str(p), cwd=str(tmp_path),
+    # The hook runs in the session's project (the transcript's cwd): it delivers only what its
+    # own scope sees (tests/test_delivery.py).
+    pre_tool = payload(session_id=SHORT_SESSION, transcript_path=str(p), cwd=SPOTTER,
                        hook_event_name="PreToolUse", tool_name="Bash",
                        tool_input={"command": "mix phx.server"}, tool_use_id="toolu_1")
     out = run_recalld(["hook", "pre-tool"], pre_tool)

@@ -194,3 +194,25 @@ def test_codex_apply_patch_is_a_write_with_the_patch_text(home, project, conn):
     from recalld.agents import codex
 
     assert codex.patch_paths(patch) == "flags.py"
+
+
+def test_the_queue_delivers_only_what_the_sessions_own_scope_sees(home, project, conn, monkeypatch):
+    """The daemon judges from a transcript, which does not say who the agent is; the hook
+    delivers a queued memory only if its own scope (core.scope.resolve, as for every read)
+    sees it: another agent's private note stays private, even queued for this session."""
+    theirs = store.remember(conn, "Reviewer's private note: the staging database is restored nightly.",
+                            scope.Scope(str(project.resolve()), "reviewer"), scope="agent", check_similar=False).memory
+    mine = queue(conn, project, "s-scope", text="The staging database restores at 02:00 UTC from the nightly dump.")
+    conn.execute("INSERT INTO queue (time, session, memory_id, score) VALUES ('2000-01-01T00:00:00+00:00', ?, ?, 0.9)",
+                 ("s-scope", theirs["id"]))
+    conn.commit()
+    p = {"session_id": "s-scope", "transcript_path": "/t.jsonl", "cwd": str(project), "permission_mode": "default",
+         "hook_event_name": "UserPromptSubmit", "prompt": "ok, go on"}
+    out, r = run("prompt-submit", p)
+    ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "02:00 UTC" in ctx and "private note" not in ctx
+    assert r["delivered_ids"] == ["q:1"] and mine["id"] != theirs["id"]  # q:1 is mine, q:2 theirs
+    # The same queue, read as the reviewer (RECALLD_AGENT), delivers the reviewer's note.
+    monkeypatch.setenv("RECALLD_AGENT", "reviewer")
+    out, r = run("prompt-submit", dict(p, session_id="s-scope"))
+    assert "private note" in json.loads(out)["hookSpecificOutput"]["additionalContext"]

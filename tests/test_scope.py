@@ -93,3 +93,28 @@ def test_write_and_read_resolve_the_same_project_from_a_worktree(conn, project, 
     store.remember(conn, "quokka migrations run in the worktree", scope.resolve(str(wt)), check_similar=False)
     hits = search(conn, "quokka migrations", scope.resolve(str(project / ".")), limit=5)
     assert [h.text for h in hits] == ["quokka migrations run in the worktree"]
+
+
+def test_the_daemon_judges_a_session_in_the_scope_its_hooks_resolved(conn):
+    """The transcript does not say who the agent is (RECALLD_AGENT, a subagent's type); the
+    session's hook receipts do, and the daemon's pass takes its scope from them."""
+    from types import SimpleNamespace
+
+    from recalld.core import receipts
+    from recalld.daemon import passes
+
+    def hook_receipt(session, agent, project="/p"):
+        r = receipts.new("hook", "prompt-submit")
+        r.update(session=session, agent=agent, project=project, outcome="nothing")
+        receipts.insert(conn, r)
+
+    hook_receipt("s1", "reviewer")
+    hook_receipt("s1", "reviewer/Explore")
+    hook_receipt("s1", "someone-else", project="/other")
+    main = passes.session_scope(conn, SimpleNamespace(session="s1", agent="main"), "/p")
+    sub = passes.session_scope(conn, SimpleNamespace(session="s1", agent="agent-a1b2"), "/p")
+    assert (main.project, main.agent) == ("/p", "reviewer")
+    assert sub.agent == "reviewer/Explore"
+    # Before any hook ran in the session: main, and a subagent that can only see less.
+    assert passes.session_scope(conn, SimpleNamespace(session="s2", agent="main"), "/p").agent == "main"
+    assert passes.session_scope(conn, SimpleNamespace(session="s2", agent="agent-x"), "/p").agent == "main/subagent"

@@ -54,6 +54,21 @@ class JudgeWorker:
         return not self.thread.is_alive()
 
 
+def session_scope(conn, need, project: str) -> scope.Scope:
+    """The scope this session's own hooks resolved (core.scope, the one resolver). Who the agent
+    is (RECALLD_AGENT, a subagent's type) lives in its environment and hook payloads, not in
+    its transcript, so the session's hook receipts name it: a main transcript takes its main
+    agent's latest, a subagent's transcript its subagents' latest. Before any hook ran:
+    "main", or an unnamed subagent (which can only narrow what it reads)."""
+    sub = bool(need.agent) and need.agent != scope.MAIN
+    rows = conn.execute("SELECT agent FROM receipts WHERE session = ? AND source = 'hook' AND project IS ? "
+                        "AND agent IS NOT NULL ORDER BY id DESC LIMIT 100", (need.session, project)).fetchall()
+    for (agent,) in rows:
+        if ("/" in agent) == sub:
+            return scope.Scope(project=project, agent=agent)
+    return scope.Scope(project=project, agent=scope.subagent_identity(scope.MAIN, None) if sub else scope.MAIN)
+
+
 class PassTimeout(Exception):
     pass
 

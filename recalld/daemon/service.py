@@ -336,8 +336,8 @@ class Daemon:
         try:
             if not project:
                 raise ValueError("no project: the transcript names no cwd")
-            # A subagent sees project and shared memories, not the main agent's private notes.
-            sc = scope.Scope(project=project, agent=need.agent if need.agent else "main")
+            sc = passes.session_scope(conn, need, project)
+            r["agent"] = sc.agent
             limit = passes.time_limit(cfg, bool(self.judge_status.get("loaded")))
             res = self._run_judge(need.query, sc, cfg, limit)
             passes.fill_from_result(r, res)

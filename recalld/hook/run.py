@@ -126,16 +126,18 @@ def queue_items(ctx: Ctx) -> list:
     qcfg = ctx.cfg.get("queue") or {}
     steps = int(qcfg.get("expire_steps", 6))
     now = receipts.now_iso()
+    # What this run's own scope sees, whatever the daemon judged: one resolver decides.
+    where, params = ctx.scope.where("m")
     rows = ctx.conn.execute(
-        """SELECT q.id AS qid, q.time, m.id, m.kind, m.text, m.tell
+        f"""SELECT q.id AS qid, q.time, m.id, m.kind, m.text, m.tell
            FROM queue q JOIN memories m ON m.id = q.memory_id
-           WHERE q.session = ? AND m.invalid_at IS NULL
+           WHERE q.session = ? AND {where}
              AND NOT EXISTS (SELECT 1 FROM queue_delivered d WHERE d.queue_id = q.id)
              AND (q.expires_at IS NULL OR q.expires_at > ?)
              AND (SELECT count(*) FROM receipts r WHERE r.session = q.session
                   AND r.source = 'hook' AND r.time > q.time) < ?
            ORDER BY q.id""",
-        (ctx.hi.session, now, steps)).fetchall()
+        (ctx.hi.session, *params, now, steps)).fetchall()
     ctx.receipt["candidates"] += len(rows)
     ctx.receipt["above_floor"] += len(rows)
     return [pack.Item(key=f"q:{r['qid']}", source="queue", label=f"m{r['id']} {r['kind']} · judged",
