@@ -169,6 +169,74 @@ def test_a_user_correction_is_drafted_as_a_preference(home, project, tmp_path):
     assert (d.kind, d.role, d.line) == ("preference", "user", said)
 
 
+def test_a_decision_the_user_states_is_a_decision_and_keeps_its_note_marker(home, project, tmp_path):
+    # Two bugs of one sentence (the e2e's): the user's words also carry the preference cue
+    # ("instead"), which outweighed the decision, and the filler cut took "Note" off the front.
+    t = Session(tmp_path / "s2d.jsonl", str(project))
+    said = t.user("Note for later: we decided to write each nightly export under a dated key instead of "
+                  "overwriting latest.csv, because the reports bucket has object lock enabled.")
+    t.agent("Understood.", end=True)
+    res = _pass(t.path)
+    d = next(d for d in res.kept if "dated key" in d.text)
+    assert (d.kind, d.role, d.line) == ("decision", "user", said)
+    assert d.text.startswith("Note for later: we decided")
+    # What the user prefers is still a preference, and plain filler still goes.
+    assert mine.score("No, we don't use yarn here: always use pnpm.", "user")[1] == "preference"
+    assert mine.tighten("Note that the staging database is reset every night at 02:00 UTC.") \
+        == "The staging database is reset every night at 02:00 UTC."
+
+
+def test_an_answer_to_what_to_do_is_a_decision_and_to_anything_else_a_preference():
+    assert mine.score("Which tools should we set up?=Credo + Dialyxir + mix_audit", "answer")[1] == "decision"
+    assert mine.score("How should we name the branches?=feature/<issue>-<slug>", "answer")[1] == "decision"
+    assert mine.score("Which rig do these beads belong to?=No rig", "answer")[1] == "preference"
+    assert mine.score("What tone do you like in commit messages?=Short and imperative", "answer")[1] == "preference"
+
+
+def test_cues_for_memory_markers_and_a_rule_with_its_reason_and_size():
+    marked = mine.score("Keep in mind the staging database is reset every night by a cron job.", "agent")
+    assert "remember" in marked[2] and marked[0] >= mine.FLOOR
+    bare = mine.score("Dialyzer PLT building is slow on first run", "agent")[0]
+    full = mine.score("Dialyzer PLT building is slow on first run (2+ minutes) — just document, don't optimize",
+                      "agent")
+    assert {"constraint", "reason", "quantity"} <= set(full[2]) and full[0] >= bare + 1.6
+
+
+def test_a_candidate_at_the_floor_is_drafted_when_there_is_room(home, project, tmp_path):
+    # The floor admitted it (one state cue, one name) and a confidence centred above the floor
+    # rejected it every time.
+    t = Session(tmp_path / "s2f.jsonl", str(project))
+    t.user("what does the project depend on?")
+    said = t.agent("The project already has `igniter` as a dependency.", end=True)
+    res = _pass(t.path)
+    d = next(d for d in res.kept if "igniter" in d.text)
+    assert d.line == said and d.confidence >= 0.5 and not res.rejected
+
+
+def test_a_dense_long_turn_gets_slots_for_what_it_says(home, project, tmp_path):
+    # A planning turn of ~8,000 characters with ten distinct rules: 3 slots per 5,000 characters
+    # kept 6 of them; the slots now follow every 2,500 characters (at most 12).
+    t = Session(tmp_path / "s2l.jsonl", str(project))
+    t.user("plan the release work")
+    rules = ["Never run `ruff --fix` in CI because it rewrites files the reviewers already approved.",
+             "The release branch must be cut from `main` only after the nightly `e2e` job is green.",
+             "We decided to publish wheels for Python 3.10 to 3.12 only, since 3.9 lacks `match` statements.",
+             "Signing keys live in `ops/keys/`, never in the repository root or in `.env` files.",
+             "The changelog requires one entry per merged pull request, written in the past tense.",
+             "Docs are built with `mkdocs build --strict` so that a broken link fails the pipeline.",
+             "Version numbers are set by `hatch version`, not by editing `pyproject.toml` by hand.",
+             "The PyPI upload token expires every 90 days; rotate it before the quarterly release.",
+             "Do not tag a release on Fridays: the on-call rota has nobody on Saturdays.",
+             "Benchmarks run on the dedicated `bench-1` runner because shared runners vary by 30%."]
+    for i in range(75):
+        t.agent(f"Part {i} of the notes reads the module layout and the old plan again, line by line and slowly.")
+    t.agent("\n".join(f"- {r}" for r in rules), end=True)
+    res = _pass(t.path)
+    assert res.window_chars > 7500
+    kept = [d for d in res.kept if any(d.text == r for r in rules)]
+    assert len(kept) == 10, [(d.text[:40], r) for d, r in res.rejected]
+
+
 def test_an_error_then_what_fixed_it_is_one_draft(home, project, tmp_path):
     t = Session(tmp_path / "s3.jsonl", str(project))
     t.user("run the tests")
@@ -183,6 +251,19 @@ def test_an_error_then_what_fixed_it_is_one_draft(home, project, tmp_path):
     assert d.text.startswith("`pytest -q tests`: ") and "No module named 'yaml'" in d.text and " → " in d.text
     assert (d.line, d.line_to) == (err, ok)
     assert "an error and what fixed it" in d.why
+
+
+def test_the_command_that_brought_the_app_up_is_one_draft(home, project, tmp_path):
+    t = Session(tmp_path / "s3r.jsonl", str(project))
+    t.user("start the app so I can look at it")
+    t.run("ls web", "package.json src")
+    t.agent("The app is running in the web folder, I think.")  # after a look around: not how it is run
+    call = t.run("cd web && pnpm dev --port 3001", "ready - started server on 0.0.0.0:3001")
+    said = t.agent("Great! The development server is running on localhost:3001.", end=True)
+    res = _pass(t.path)
+    runs = [d for d in res.kept if d.kind == "procedure"]
+    assert [d.text for d in runs] == ["`pnpm dev --port 3001` → The development server is running on localhost:3001."]
+    assert (runs[0].line, runs[0].line_to) == (call - 1, said)
 
 
 def test_progress_and_praise_are_not_drafted(home, project, tmp_path):

@@ -22,6 +22,8 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - failed passes: outcome error or timeout (must be 0);
 - seconds per pass (p50 target <= 10 on 2 cores) and model seconds per pass; sessions per
   minute over the whole set (parse, mine, judge, store: what `propose --history` does);
+- the same precision and recall per group of transcripts (the source project, spotter-* vs
+  viewer-*): the held-out check, a change derived from one group is judged on the other;
 - the model's separation: AUC of its log-odds, and of the cue score, for judged candidates that
   match a label against those that do not.
 
@@ -75,14 +77,16 @@ def similarity(a: str, b: str) -> float:
 
 
 def match(text: str, lines: set, labels: list) -> "int | None":
-    """The index of the label a proposal says, else None."""
-    best, best_i = 0.0, None
+    """The index of the label a proposal says, else None. A label said on the proposal's own
+    lines goes first: two statements alike in words (the same sentence after two commands)
+    are told apart by where they were said."""
+    best, best_i = (False, 0.0), None
     for i, lab in enumerate(labels):
         sim = similarity(text, lab["statement"])
         on_line = bool(lines & ({lab["line"]} | set(lab.get("also") or [])))
         if (on_line and sim >= MATCH) or sim >= MATCH_ANYWHERE:
-            if sim > best:
-                best, best_i = sim, i
+            if (on_line, sim) > best:
+                best, best_i = (on_line, sim), i
     return best_i
 
 
@@ -120,7 +124,7 @@ def run(quick: bool = False, data=None, labels=None) -> dict:
            **with_model["figures"],
            "cues_only": {k: cues_only["figures"][k] for k in ("proposals", "precision", "recall",
                                                               "good_per_substantive_turn", "pass_s",
-                                                              "sessions_per_minute")},
+                                                              "sessions_per_minute", "groups")},
            "proposals_listed": with_model["listed"],
            "targets": {"good_per_substantive_turn": ">= 0.333", "precision": ">= 0.6", "recall": ">= 0.5",
                        "ungrounded_words": "0", "failed_passes": "0", "pass_s_p50": "<= 10"}}
@@ -177,7 +181,7 @@ def _variant(files: list, by_file: dict, runtime) -> dict:
                         words = [w for w in policies._content_words(d.text)
                                  if w not in set(policies._WORD.findall(mined.text.lower()))]
                         ungrounded += len(words)
-                        listed.append({"file": f.name, "line": d.line, "line_to": d.line_to, "kind": d.kind,
+                        listed.append({"file": f.name, "group": group_of(f.name), "line": d.line, "line_to": d.line_to, "kind": d.kind,
                                        "text": d.text, "confidence": d.confidence,
                                        "label": None if lab is None else labels[lab]["statement"][:80],
                                        "ungrounded": words})
@@ -212,6 +216,7 @@ def _variant(files: list, by_file: dict, runtime) -> dict:
         "model_auc": auc(judged_pos, judged_neg), "cue_auc": auc(cue_pos, cue_neg),
         "rejections_by_reason": _count(r.rejections for r in results),
     }
+    figures["groups"] = _groups(files, by_file, listed, matched_labels)
     # Why each missed label was missed: a draft of it was rejected (the reason), or it was never
     # a draft (not mined as a candidate, or not among the best of its chunk).
     figures["labels_missed"] = [
@@ -219,6 +224,31 @@ def _variant(files: list, by_file: dict, runtime) -> dict:
          "why": rejected_labels.get((f.name, i), "not drafted")}
         for f in files for i, lab in enumerate(by_file.get(f.name, [])) if (f.name, i) not in matched_labels]
     return {"figures": figures, "listed": listed}
+
+
+def group_of(name: str) -> str:
+    """The held-out unit: transcripts of one source project (the name before its first '-',
+    spotter-* vs viewer-*). Every threshold was read off both groups together; a change derived
+    from one group is checked on the other (docs/capture.md says which helped where)."""
+    return name.split("-", 1)[0]
+
+
+def _groups(files: list, by_file: dict, listed: list, matched_labels: set) -> dict:
+    out: dict = {}
+    for f in files:
+        g = out.setdefault(group_of(f.name), {"transcripts": 0, "labels": 0, "labels_matched": 0,
+                                              "proposals": 0, "good_proposals": 0})
+        g["transcripts"] += 1
+        g["labels"] += len(by_file.get(f.name, []))
+        g["labels_matched"] += sum(1 for name, _ in matched_labels if name == f.name)
+    for x in listed:
+        g = out[x["group"]]
+        g["proposals"] += 1
+        g["good_proposals"] += x["label"] is not None
+    for g in out.values():
+        g["precision"] = round(g["good_proposals"] / g["proposals"], 3) if g["proposals"] else None
+        g["recall"] = round(g["labels_matched"] / g["labels"], 3) if g["labels"] else None
+    return dict(sorted(out.items()))
 
 
 def _r(x):

@@ -43,7 +43,7 @@ MIN_WORDS, MAX_CHARS = 6, 400
 @dataclass
 class Span:
     text: str  # the statement as a quote of the turn (redacted)
-    role: str  # user | agent | reasoning | answer | report | delegation | error
+    role: str  # user | agent | reasoning | answer | report | delegation | error | command
     line: int  # transcript line it was said on
     uuid: "str | None" = None
     line_to: "int | None" = None  # error -> fix: the line of the fix
@@ -78,7 +78,9 @@ CONSTRAINT = _rx(r"\bmust(?:n't| not)?\b", r"\bnever\b", r"\balways\b", r"\bdo n
                  r"\bmake sure\b", r"\bcareful\b", r"\bwarning\b", r"\bcaution\b", r"\bimportant\b", r"\bavoid\b",
                  r"\bnot supported\b", r"\bunsupported\b", r"\bincompatible\b", r"\bdeprecated\b",
                  r"\b(?:is|are|runs?) (?:very )?slow\b", r"\bdoes(?:n't| not) work\b", r"\bstill (?:does(?:n't| not)|fails?)\b",
-                 r"\bbroken\b", r"\bfails? (?:with|when|on|if)\b", r"\bonly works\b", r"\btakes? [\w+ -]{0,12}(?:minutes|seconds|hours)\b")
+                 r"\bbroken\b", r"\bfails? (?:with|when|on|if)\b", r"\bexpires?\b", r"\btimes? out\b",
+                 r"\brate[- ]limit(?:s|ed)?\b", r"\blimited to\b", r"\bonly works\b",
+                 r"\btakes? [\w+ -]{0,12}(?:minutes|seconds|hours)\b")
 CAUSE = _rx(r"\bcaused by\b", r"\broot cause\b", r"\bthe (?:problem|issue|bug|cause|reason|culprit) (?:is|was)\b",
             r"\bturns? out\b", r"\bdue to\b", r"\bthe fix\b", r"\bfixed by\b", r"\bthis happens\b",
             r"\bhappens (?:when|because)\b", r"\bthat's why\b", r"\bwhich is why\b", r"\bbecause\b",
@@ -86,11 +88,25 @@ CAUSE = _rx(r"\bcaused by\b", r"\broot cause\b", r"\bthe (?:problem|issue|bug|ca
 STATE = _rx(r"\balready\b", r"\bis configured\b", r"\bare configured\b", r"\buses\b", r"\bis using\b", r"\blives? in\b",
             r"\blocated (?:in|at)\b", r"\bdefaults? (?:to|is)\b", r"\bby default\b", r"\bdiffers?\b",
             r"\bdoes(?:n't| not) exist\b", r"\bnot installed\b", r"\bis missing\b", r"\bare missing\b", r"\bmissing\b",
-            r"\bdepends on\b", r"\bis set to\b", r"\bpoints? to\b", r"\bruns? on\b", r"\blistens? on\b",
+            r"\bdepends on\b", r"\bis set to\b", r"\b(?:is|are) (?:set|managed|generated|handled|built|owned) by\b",
+            r"\bpoints? to\b", r"\bruns? on\b", r"\blistens? on\b",
             r"\b(?:upgraded|downgraded|updated) (?:from|to)\b", r"\bdiscrepancy\b", r"\bduplicated\b",
             r"\bno [\w.`-]+ (?:installers?|scripts?|config|tests?)\b", r"\bactual (?:file|name|port|path)\b",
             r"\bdocumented\b", r"\bcan add\b", r"\bhandles?\b", r"\bgenerates?\b", r"\binstalled\b",
             r"\bconfigured (?:with|to|for|in|as)\b", r"\b(?:enabled|disabled) (?:by|in|for)\b")
+# Explicit markers of what should outlive the session ("Note for later:", "keep in mind").
+REMEMBER = _rx(r"\bnote (?:for later|to self|for (?:the )?future)\b", r"\bfor (?:future|later) reference\b",
+               r"\bkeep in mind\b", r"\bremember (?:that|to)\b", r"\bgoing forward\b", r"\bfrom now on\b",
+               r"\bheads[- ]up\b", r"\bgotchas?\b", r"\blessons? learned\b", r"\bfyi\b",
+               r"\bworth (?:noting|remembering|knowing)\b", r"\bfor the record\b")
+# A decision said as one: its kind is decision even when the user says it (whose words also
+# carry the preference cue, "instead", "we use"), and an answer to a question that asks what to
+# do is the decision taken, not a taste.
+DECIDED = _rx(r"\bwe(?:'ve| have)? (?:decided|chose|agreed|settled|picked|opted)\b", r"\bdecided\b",
+              r"\bdecision\b", r"\b(?:chose|chosen|opted for|settled on|went with|going with)\b",
+              r"\blet's (?:go with|use|keep|stick with)\b")
+DECISION_QUESTION = _rx(r"\b(?:should|shall|will|would|do) we\b", r"\bwhich (?:[\w-]+ ){0,3}(?:should|to)\b",
+                        r"\b(?:how|what) (?:[\w-]+ ){0,3}should\b", r"\b(?:approach|option|strategy)\b")
 PREFERENCE = _rx(r"^(?:no|nope)\b[,.!]?", r"^(?:don't|do not|never|always|stop)\b", r"^please (?:don't|do not|always|never|use|keep)\b",
                  r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
                  r"\binstead\b", r"\bprefer\b", r"\brather\b")
@@ -102,6 +118,8 @@ SPECIFIC = [
     ("path", re.compile(r"(?<![\w:/])(?:~|\.{1,2})?/?(?:[\w@.-]+/)+[\w@.-]*")),
     ("file", re.compile(r"\b[\w.-]+\.(?:py|js|mjs|cjs|ts|tsx|jsx|ex|exs|heex|json|toml|ya?ml|md|css|scss|lock|cfg|ini|"
                         r"sh|go|rs|rb|java|kt|swift|c|h|cc|cpp|sql|env|txt|html|vue|svelte|gradle|xml)\b")),
+    ("quantity", re.compile(r"(?<![\w.])\d+(?:\.\d+)?\+?\s*(?:ms|milliseconds?|secs?|seconds?|mins?|minutes?|"
+                            r"hours?|hrs?|days?|[KMGT]i?B|bytes?|%)(?!\w)", re.I)),
     ("flag", re.compile(r"(?<![\w-])--[a-z][\w-]+")),
     ("env", re.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b")),
     ("code", re.compile(r"`[^`\n]{2,80}`")),
@@ -119,16 +137,19 @@ FLUFF = _rx(r"\bcomprehensive\b", r"\bprofessional\b", r"\bseamless(?:ly)?\b", r
 FILLER = re.compile(
     r"^(?:(?:perfect|great|good|excellent|ok(?:ay)?|alright|sure|ah|oh|hmm|yes|right|interesting|nice|got it)\b[!,.:]*\s*[-—]?\s*)*"
     r"(?:(?:i can see|i see|i notice|i noticed|i found|it seems|it looks like|it appears|looks like|"
-    r"i can confirm|i understand|i realized|i learned|note)\b(?: that)?[,:]?\s+)?", re.I)
+    r"i can confirm|i understand|i realized|i learned)\b(?: that)?[,:]?\s+|note(?: that|:)\s+)?", re.I)
+# ("Note that X" and "Note: X" lose the lead; "Note for later: X" keeps it, a marker, not filler.)
 
-WEIGHTS = {"decision": 2.0, "reason": 1.0, "constraint": 1.5, "cause": 2.0, "state": 1.0, "preference": 2.5,
+WEIGHTS = {"decision": 2.0, "reason": 1.0, "remember": 2.0, "constraint": 1.5, "cause": 2.0, "state": 1.0,
+           "preference": 2.5,
            "specific": 0.6, "specific_max": 2.4, "progress": -2.0, "fluff": -1.5, "fluff_min": -3.0,
            "question": -1.5, "emoji": -1.0, "user": 0.5, "answer": 3.0, "report": 0.0, "delegation": -1.0,
-           "error_fixed": 3.0, "error_repeated": 2.5, "error_once": 1.0}
+           "error_fixed": 3.0, "error_repeated": 2.5, "error_once": 1.0, "command_runs": 2.0}
 FLOOR = 1.5  # below this a statement is not a candidate at all
 # A candidate says something (a decision, rule, cause, state of things, preference, or an
 # error's story); concrete words alone ("TodoItem.tsx - displays a todo") are a description.
-SEMANTIC = {"decision", "constraint", "cause", "state", "preference", "error_fixed", "error_repeated", "error_once"}
+SEMANTIC = {"decision", "remember", "constraint", "cause", "state", "preference", "error_fixed", "error_repeated",
+            "error_once", "command_runs"}
 
 
 # --- cutting text into statements ----------------------------------------------------------
@@ -192,6 +213,10 @@ def score(text: str, role: str) -> tuple:
         s += w["constraint"]
         cues.append("constraint")
         kinds["constraint"] = w["constraint"]
+        # A rule with its reason ("slow on first run — just document") is worth more than a rule.
+        if "reason" not in cues and REASON.search(text):
+            s += w["reason"]
+            cues.append("reason")
     if CAUSE.search(text):
         s += w["cause"]
         cues.append("cause")
@@ -200,6 +225,9 @@ def score(text: str, role: str) -> tuple:
         s += w["state"]
         cues.append("state")
         kinds["fact"] = max(kinds.get("fact", 0), w["state"])
+    if REMEMBER.search(text):
+        s += w["remember"]
+        cues.append("remember")
     if role in ("user", "answer") and PREFERENCE.search(text):
         s += w["preference"]
         cues.append("preference")
@@ -223,7 +251,10 @@ def score(text: str, role: str) -> tuple:
     s += w.get(role, 0.0) if role in ("user", "answer", "report", "delegation") else 0.0
     kind = max(kinds, key=kinds.get) if kinds else "fact"
     if role == "answer":
-        kind = "decision" if "decision" in kinds else "preference"
+        question = text.split("=", 1)[0]
+        kind = "decision" if "decision" in kinds or DECISION_QUESTION.search(question) else "preference"
+    elif DECIDED.search(text):
+        kind = "decision"
     return s, kind, cues
 
 
@@ -357,12 +388,13 @@ def mine(events: list) -> Mined:
             s, kind, cues = score(st, role)
             spans.append(Span(text=st, role=role, line=line, uuid=uuid, kind=kind, score=s, cues=cues))
     spans.extend(_error_spans(order, errors))
+    spans.extend(_run_spans(order))
     m.redactions = red_counts
     best = {}
     for sp in spans:
         if sp.score < FLOOR or not (set(sp.cues) & SEMANTIC or sp.role == "answer"):
             continue
-        if sp.role != "error" and policies.is_narration(sp.text):  # an error span's parts were checked
+        if sp.role not in ("error", "command") and policies.is_narration(sp.text):  # its parts were checked
             continue
         key = policies._norm(sp.text)
         if key not in best or sp.score > best[key].score:
@@ -460,3 +492,43 @@ EXPLORE_COMMANDS = ("ls", "cat", "head", "tail", "find", "tree", "grep", "rg", "
                     "wc", "file", "cd", "less", "more", "type")
 # "Let me fix X by Y" -> "fix X by Y": the claim after the agent's announcement of it.
 FIX_LEAD = re.compile(r"^(?:let me|i'll|i will|i need to|we need to|now i'll|now let me|i should)\s+", re.I)
+
+
+# What the agent says when a command brought something up: how the project is run (the dev
+# server on its port), the kind of thing a CLAUDE.md lists first.
+SERVER_UP = re.compile(r"\b(?:server|app|application|service|api|site|daemon|backend|frontend)\b[^.;:]{0,40}?"
+                       r"\b(?:is|are|now) (?:up|running|listening|serving|started|starting)\b", re.I)
+
+
+def _run_spans(order: list) -> list:
+    """Structure: a command (not a look around) and the agent's next words saying that what it
+    started is up: `pnpm dev --port 3001` → The development server is running successfully.
+    Quotes joined by a symbol, as for error -> fix; scored by the command's concrete words."""
+    out, last = [], None
+    for kind, payload in order:
+        if kind == "call":
+            ti = payload.tool_input if isinstance(payload.tool_input, dict) else {}
+            cmd = ti.get("command") or ti.get("cmd")
+            if isinstance(cmd, list):
+                cmd = " ".join(x for x in cmd if isinstance(x, str))
+            if isinstance(cmd, str) and cmd.strip():
+                head = _command_of(payload).split(" ", 1)[0]
+                last = None if head in EXPLORE_COMMANDS else payload
+            continue
+        if kind != "text" or last is None:
+            continue
+        said = next((tighten(st) for st in statements(payload[0]) if SERVER_UP.search(st)), None)
+        if not said:
+            continue
+        cmd = policies.redact(_command_of(last))[0]
+        text = f"`{cmd}` → {said}"
+        if len(text) > MAX_CHARS:
+            continue
+        found = [name for name, rx in SPECIFIC if name != "code" and rx.search(cmd)]
+        n_spec = sum(len(rx.findall(cmd)) for name, rx in SPECIFIC if name != "code")
+        out.append(Span(text=text, role="command", line=last.line_no, uuid=last.uuid,
+                        line_to=payload[1].line_no if payload[1].line_no != last.line_no else None, kind="procedure",
+                        score=WEIGHTS["command_runs"] + min(WEIGHTS["specific_max"], WEIGHTS["specific"] * n_spec),
+                        cues=["command_runs", *found]))
+        last = None  # one span per command
+    return out

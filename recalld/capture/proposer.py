@@ -32,12 +32,17 @@ from recalld.core import drafts, receipts, settings
 ROLE = "proposer"
 WHY_MAX = 160
 
-# How the pass spends the model: the best K_PER_CHUNK candidates of every CHUNK_CHARS of the
-# turn are judged (a long turn is judged chunk by chunk, so its end gets the same attention as
-# its start), and at most max_drafts per chunk, MAX_CHUNK_DRAFTS chunks' worth, survive.
+# How the pass spends the model: the best K_PER_CHUNK candidates (or as many as the pass has
+# slots) of every CHUNK_CHARS of the turn are judged (a long turn is judged chunk by chunk, so
+# its end gets the same attention as its start).
 CHUNK_CHARS = 5_000
 K_PER_CHUNK = 8
 MAX_CHUNK_DRAFTS = 4
+# The pass's slots: max_drafts for every SLOT_CHARS of what the turn said, at most
+# MAX_CHUNK_DRAFTS times max_drafts. Per 5,000 characters this cut a dense plan (8,900
+# characters, a dozen decisions and constraints a reader marked) to 6 drafts; a turn with few
+# candidates is not affected, the slots only bind when many candidates clear the confidence.
+SLOT_CHARS = 2_500
 # The model's share of a pass is bounded: at most MAX_JUDGED candidates, and no new one once
 # `proposals.timeout_s` has passed (the rest keep their cue ranking; the receipt says so).
 MAX_JUDGED = 32
@@ -57,7 +62,10 @@ MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
 SURPRISE_SCALE = 1.1
-CENTER = 2.0
+# Confidence 0.5 at the miner's floor: with the centre above it (2.0), a candidate saying one
+# fact with one name ("The project already has `igniter` as a dependency", 1.6) was mined and
+# then always rejected as low_confidence; the slots, not a second floor, keep a pass short.
+CENTER = mine.FLOOR
 SCORE_TIMEOUT_S = 10.0
 
 
@@ -285,7 +293,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
         return
     ranked = res.ranked = _rank(mined, res, pc, cfg, runtime)
     memories, pending = drafts.memory_texts(conn, project, agent), drafts.pending_texts(conn, project)
-    limit = int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, max(1, res.chunks))
+    limit = _slots(mined, pc)
     res.drafts = [_draft(sp) for sp in ranked]
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
                                window=mined.text, cfg={**pc, "max_drafts": limit})
@@ -312,6 +320,10 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
     return out
 
 
+def _slots(mined, pc: dict) -> int:
+    return int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1)
+
+
 def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
     """Candidates in the order the pass drafts them: per chunk of the turn, the best by cues,
     judged by the model when there is one; every candidate gets a confidence."""
@@ -326,9 +338,12 @@ def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
         lo, hi = lines[0], lines[-1] + 1
         for sp in spans:
             sp.chunk = min(per_line - 1, (sp.line - lo) * per_line // max(1, hi - lo))
+    # A chunk offers at least the pass's slots: a plan said in one message is one transcript
+    # line, so all its candidates fall in one chunk.
+    k = max(K_PER_CHUNK, _slots(mined, pc))
     chosen = []
     for c in range(res.chunks):
-        chosen.extend(sorted((sp for sp in spans if sp.chunk == c), key=lambda sp: -sp.score)[:K_PER_CHUNK])
+        chosen.extend(sorted((sp for sp in spans if sp.chunk == c), key=lambda sp: -sp.score)[:k])
     rt = _runtime(res, cfg, runtime)
     t0 = time.perf_counter()
     budget_s = float(pc.get("timeout_s") or 60)
@@ -372,10 +387,11 @@ def _runtime(res: PassResult, cfg, runtime):
 _CUE_WORDS = {"decision": "a decision", "reason": "with its reason", "constraint": "a rule or warning",
               "cause": "a cause", "state": "a fact about the project", "preference": "the user's preference",
               "error_fixed": "an error and what fixed it", "error_repeated": "an error that kept coming back",
-              "error_once": "an error"}
+              "error_once": "an error", "command_runs": "how it is run", "remember": "marked for later"}
 _ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent", "reasoning": "in the agent's reasoning",
                "answer": "the user's answer to the agent's question", "report": "in a subagent's report",
-               "delegation": "in the agent's task for a subagent", "error": "a failing command and what followed"}
+               "delegation": "in the agent's task for a subagent", "error": "a failing command and what followed",
+               "command": "a command and what the agent said it brought up"}
 
 
 def _draft(sp) -> "policies.Draft":

@@ -81,9 +81,12 @@ def _agent_install_command(agent: str):
     @click.option("--daemon/--no-daemon", default=True, show_default=True,
                   help="Turn on daemon autostart (settings daemon.autostart) where this build has it.")
     @click.option("--force", is_flag=True, help="Replace an MCP server named `recalld` that is not recalld's.")
+    @click.option("--history/--no-history", default=None,
+                  help="Then draft proposals from the project's past Claude Code and Codex sessions (`recalld "
+                  "propose --history`), or not. Default: ask in a terminal (default no), never otherwise.")
     @click.option("--dry-run", is_flag=True, help="Show the changes as a diff; write nothing.")
     @click.option("--json", "as_json", is_flag=True)
-    def cmd(scope, cwd, command, no_mcp, daemon, force, dry_run, as_json):
+    def cmd(scope, cwd, command, no_mcp, daemon, force, history, dry_run, as_json):
         from recalld.install import plan as install
         from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
@@ -98,7 +101,10 @@ def _agent_install_command(agent: str):
             autostart = _set_autostart()
         bytecode = None if dry_run else install.ensure_bytecode()
         if as_json:
-            echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart, bytecode=bytecode))
+            # JSON is for scripts: never a question; --history mines and reports here.
+            past = _offer_history(cwd, history, ask=False, quiet=True) if history and not dry_run else None
+            echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart, bytecode=bytecode,
+                           history=past))
             return
         _print_plan(plan, records, dry_run, show_diff=dry_run)
         if autostart:
@@ -106,10 +112,73 @@ def _agent_install_command(agent: str):
         if not dry_run:
             click.echo(f"recalld is {'wired into' if plan.changed else 'already in'} {agent} ({scope}). "
                        "`recalld doctor` checks it.")
+            _offer_history(cwd, history, ask=history is None and _interactive())
 
     cmd.help = (f"Add recalld's hooks and MCP server to {agent}'s settings (idempotent; "
                 "keeps everything else; backs up each file it changes).")
     return cmd
+
+
+def _interactive() -> bool:
+    """A person at a terminal: only then may install ask (a script or CI must never block)."""
+    import sys
+
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _offer_history(cwd, history: "bool | None", ask: bool, quiet: bool = False) -> "dict | None":
+    """After the hooks are in: draft proposals from the project's past sessions, when --history
+    says so or a person says yes (default no). The hooks are installed whatever happens here."""
+    from recalld.capture import history as past
+    from recalld.cli.proposals import mine_history, print_history
+    from recalld.core import settings
+    from recalld.core.scope import resolve_project
+
+    project = resolve_project(cwd)
+    later = f"recalld propose --history --project {project}"
+    if history is False or (history is None and not ask):
+        if history is None and not quiet:
+            click.echo(f"past sessions: `{later}` drafts proposals from them (you review each).")
+        return None
+    try:
+        cfg = settings.load()
+        sessions = past.find_sessions(project, None, cfg)
+    except (OSError, ValueError) as e:
+        if not quiet:
+            click.echo(f"past sessions: not searched ({e}); `{later}` tries again")
+        return {"project": project, "error": str(e)}
+    by_agent: dict = {}
+    for s in sessions:
+        by_agent[s.agent] = by_agent.get(s.agent, 0) + 1
+    found = ", ".join(f"{_AGENT_WORDS.get(a, a or 'other')} {n}" for a, n in sorted(by_agent.items()))
+    if not quiet:
+        click.echo(f"past sessions of {project}: {len(sessions)}" + (f" ({found})" if found else ""))
+    if not sessions:
+        return {"project": project, "sessions": 0}
+    if history is None:
+        try:
+            yes = click.confirm("Draft proposals from them now? Nothing is saved until you approve it", default=False)
+        except click.Abort:  # Ctrl-C or end of input: a no, the install stands
+            yes = False
+            click.echo("")
+        if not yes:
+            click.echo(f"not now; `{later}` does it later")
+            return None
+    try:
+        summary = mine_history(sessions, project, cfg)
+    except Exception as e:  # the install is done; a failed mining run must not undo or fail it
+        if not quiet:
+            click.echo(f"mining the past sessions failed ({type(e).__name__}: {e}); `{later}` resumes it")
+        return {"project": project, "error": f"{type(e).__name__}: {e}"}
+    if not quiet:
+        print_history(summary)
+    return summary
+
+
+_AGENT_WORDS = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
 
 def _agent_uninstall_command(agent: str):

@@ -275,64 +275,78 @@ def register(cli):
         if res.outcome == "error":
             raise Fail(f"the pass failed: {res.error}")
 
-    def _history(project_dir, all_projects, since, as_json):
-        import sys
-        import time
+def _history(project_dir, all_projects, since, as_json):
+    from recalld.capture import history
+    from recalld.cli.common import Fail, echo_json
+    from recalld.core import settings
+    from recalld.core.scope import resolve_project
 
-        from recalld.capture import history
-        from recalld.core import settings
-        from recalld.core.scope import resolve_project
+    cfg = settings.load()
+    try:
+        since_ts = history.parse_since(since)
+    except ValueError as e:
+        raise Fail(str(e))
+    project = None if all_projects else resolve_project(project_dir)
+    sessions = history.find_sessions(project, since_ts, cfg)
+    summary = mine_history(sessions, project, cfg, since=since)
+    if as_json:
+        echo_json(summary)
+        return
+    print_history(summary)
 
-        cfg = settings.load()
-        try:
-            since_ts = history.parse_since(since)
-        except ValueError as e:
-            raise Fail(str(e))
-        project = None if all_projects else resolve_project(project_dir)
-        sessions = history.find_sessions(project, since_ts, cfg)
-        runtime = _history_runtime(cfg)
-        t0 = time.perf_counter()
-        results = []
-        from recalld.core import drafts
 
-        dconn = drafts.connect()
-        try:
-            with click.progressbar(sessions, label=f"mining {len(sessions)} sessions", file=sys.stderr,
-                                   item_show_func=lambda s: os.path.basename(s.path)[:40] if s else None) as bar:
-                for s in bar:
-                    results.append(history.mine_session(s, runtime=runtime, cfg=cfg, conn=dconn))
-        finally:
-            dconn.close()
-        secs = time.perf_counter() - t0
-        read = [m for m in results if m.passes]
-        rate = round(len(read) / (secs / 60), 1) if read and secs > 0 else None
-        summary = {"project": project, "since": since, "sessions": len(sessions), "sessions_read": len(read),
-                   "passes": sum(m.passes for m in results), "proposals": sum(m.proposals for m in results),
-                   "failed_passes": sum(m.errors for m in results), "seconds": round(secs, 1),
-                   "sessions_per_minute": rate, "model": getattr(runtime, "name", None) if runtime else None,
-                   "files": [{"path": m.path, "passes": m.passes, "proposals": m.proposals,
-                              "resumed_after_line": m.skipped_lines} for m in results]}
-        if as_json:
-            echo_json(summary)
-            return
-        where = "every project" if project is None else project
-        click.echo(f"{len(sessions)} sessions of {where}; {len(read)} had unread turns: {summary['passes']} passes, "
-                   f"{summary['proposals']} proposals in {secs:.1f} s"
-                   + (f" ({rate} sessions/min)" if rate else "")
-                   + ("" if runtime else "; no model, ranked by cues alone"))
-        if summary["proposals"]:
-            click.echo("review them: recalld proposals review")
+def mine_history(sessions: list, project, cfg: dict, since=None) -> dict:
+    """Every unread turn of `sessions`, one proposer pass each, with a progress bar on stderr;
+    the summary `propose --history` prints (also the end of `recalld install`)."""
+    import sys
+    import time
 
-    def _history_runtime(cfg):
-        """The proposer's model, loaded once for the whole run; False (cues alone) when there is none."""
-        from recalld.model import runtime as llm
-        from recalld.model.errors import Unavailable
+    from recalld.capture import history
+    from recalld.core import drafts
 
-        try:
-            return llm.require_runtime("proposer", cfg)
-        except Unavailable as e:
-            click.echo(f"no proposer model ({e}); ranking by cues alone", err=True)
-            return False
+    runtime = _history_runtime(cfg)
+    t0 = time.perf_counter()
+    results = []
+    dconn = drafts.connect()
+    try:
+        with click.progressbar(sessions, label=f"mining {len(sessions)} sessions", file=sys.stderr,
+                               item_show_func=lambda s: os.path.basename(s.path)[:40] if s else None) as bar:
+            for s in bar:
+                results.append(history.mine_session(s, runtime=runtime, cfg=cfg, conn=dconn))
+    finally:
+        dconn.close()
+    secs = time.perf_counter() - t0
+    read = [m for m in results if m.passes]
+    rate = round(len(read) / (secs / 60), 1) if read and secs > 0 else None
+    return {"project": project, "since": since, "sessions": len(sessions), "sessions_read": len(read),
+            "passes": sum(m.passes for m in results), "proposals": sum(m.proposals for m in results),
+            "failed_passes": sum(m.errors for m in results), "seconds": round(secs, 1),
+            "sessions_per_minute": rate, "model": getattr(runtime, "name", None) if runtime else None,
+            "files": [{"path": m.path, "passes": m.passes, "proposals": m.proposals,
+                       "resumed_after_line": m.skipped_lines} for m in results]}
+
+
+def print_history(summary: dict) -> None:
+    where = "every project" if summary["project"] is None else summary["project"]
+    rate = summary["sessions_per_minute"]
+    click.echo(f"{summary['sessions']} sessions of {where}; {summary['sessions_read']} had unread turns: "
+               f"{summary['passes']} passes, {summary['proposals']} proposals in {summary['seconds']:.1f} s"
+               + (f" ({rate} sessions/min)" if rate else "")
+               + ("" if summary["model"] else "; no model, ranked by cues alone"))
+    if summary["proposals"]:
+        click.echo("review them: recalld proposals review")
+
+
+def _history_runtime(cfg):
+    """The proposer's model, loaded once for the whole run; False (cues alone) when there is none."""
+    from recalld.model import runtime as llm
+    from recalld.model.errors import Unavailable
+
+    try:
+        return llm.require_runtime("proposer", cfg)
+    except Unavailable as e:
+        click.echo(f"no proposer model ({e}); ranking by cues alone", err=True)
+        return False
 
 
 def register_mcp(server):
