@@ -10,8 +10,7 @@ Standard library only: the hook imports this module on every run (no dataclasses
 pathlib; plain classes with `__slots__`).
 """
 
-import json
-import re
+from recalld.core import jsonio
 
 # recalld's own hook events (`recalld hook EVENT`); an adapter maps its native names onto these.
 EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop", "commit")
@@ -89,8 +88,8 @@ class Adapter:
 
     def context_output(self, native_event: "str | None", block: str) -> str:
         """What the hook prints to put `block` in the model's context."""
-        return json.dumps({"hookSpecificOutput": {"hookEventName": native_event or "",
-                                                  "additionalContext": block}}, ensure_ascii=False) + "\n"
+        return jsonio.dumps({"hookSpecificOutput": {"hookEventName": native_event or "",
+                                                    "additionalContext": block}}, ensure_ascii=False) + "\n"
 
     def gate_output(self, native_event: "str | None", reason: str) -> str:
         """What the hook prints to hold the act once, with `reason` for the model (gate_events)."""
@@ -286,6 +285,8 @@ def exit_code_error(text: str) -> bool:
     if "xit code" not in head and "exited with code" not in head:
         return False  # the regex has no literal prefix to skip ahead with: scan cheaply first
     if _exit_code is None:
+        import re  # only for a result that mentions an exit code: re costs the hook ~5-10 ms
+
         _exit_code = re.compile(r"(?:^|\n)\s*(?:Exit code|exit code|Process exited with code)[:\s]+(-?\d+)")
     m = _exit_code.search(head)
     return bool(m and m.group(1) != "0")

@@ -11,13 +11,10 @@ with subtype `turn_duration` or `stop_hook_summary` mark a turn end, and so does
 message whose `stop_reason` is `end_turn` (older versions).
 """
 
-import json
 import os
 
-from recalld.agents.base import Adapter, event as _ev, exit_code_error, text_of as _str, tool_summary
-
-TURN_END_SUBTYPES = {"turn_duration", "stop_hook_summary"}
-
+from recalld.agents.base import Adapter
+from recalld.core import jsonio
 
 def config_dir() -> str:
     env = os.environ.get("CLAUDE_CONFIG_DIR")
@@ -78,112 +75,26 @@ class ClaudeCode(Adapter):
         return [os.path.join(config_dir(), "projects")]
 
     def parse_record(self, o, st):
+        from recalld.agents.claude_code_records import parse_record  # not on the hook's import path
+
         return parse_record(o, st)
 
 
 def deny_output(native_event, reason: str) -> str:
     """PreToolUse's deny (Claude Code, and Codex, which reads the same form)."""
-    return json.dumps({"hookSpecificOutput": {"hookEventName": native_event or "PreToolUse",
-                                              "permissionDecision": "deny",
-                                              "permissionDecisionReason": reason}}, ensure_ascii=False) + "\n"
-
-
-def _block_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for b in content:
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(_str(b.get("text")))
-            elif isinstance(b, str):
-                out.append(b)
-        return "\n".join(o for o in out if o)
-    return ""
-
-
-def parse_record(o: dict, st) -> list:
-    """One decoded transcript record -> events (raises on a known type with a bad shape)."""
-    t = o.get("type")
-    if isinstance(o.get("sessionId"), str) and o["sessionId"]:
-        st.session = o["sessionId"]
-    if isinstance(o.get("cwd"), str) and o["cwd"]:
-        st.cwd = o["cwd"]
-    time, uuid = _str(o.get("timestamp")) or None, _str(o.get("uuid")) or None
-    agent = st.agent
-    if o.get("isSidechain") and agent == "main":
-        # a sidechain record inside the main file (older versions): keep it apart from "main"
-        agent = f"agent-{o['agentId']}" if isinstance(o.get("agentId"), str) else "sidechain"
-    kw = dict(time=time, uuid=uuid, agent=agent)
-
-    if t == "system":
-        if o.get("subtype") in TURN_END_SUBTYPES and agent in st.open_turns:
-            return [_ev(st, "system", "turn_end", "", **kw)]
-        return []
-    if t not in ("user", "assistant"):
-        return []  # progress, summary, file-history-snapshot, queue-operation...
-    msg = o.get("message")
-    if not isinstance(msg, dict):
-        raise ValueError("message is not an object")
-    content = msg.get("content")
-    out: list = []
-
-    if t == "user":
-        meta = bool(o.get("isMeta"))
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        for b in blocks:
-            if not isinstance(b, dict):
-                continue
-            bt = b.get("type")
-            if bt == "text":
-                text = _str(b.get("text"))
-                if not text.strip():
-                    continue
-                if meta:
-                    out.append(_ev(st, "system", "text", text, **kw))
-                    continue
-                if agent in st.open_turns:
-                    # Older versions write no turn-end record: a new prompt closes the turn.
-                    out.append(_ev(st, "system", "turn_end", "", **kw))
-                out.append(_ev(st, "user", "prompt", text, **kw))
-            elif bt == "tool_result":
-                tid = _str(b.get("tool_use_id"))
-                text = _block_text(b.get("content"))
-                tur = o.get("toolUseResult")
-                err = b.get("is_error") is True or exit_code_error(text)
-                if isinstance(tur, dict):
-                    code = tur.get("exitCode", tur.get("exit_code"))
-                    if isinstance(code, int) and code != 0:
-                        err = True
-                    if not text and isinstance(tur.get("stderr"), str):
-                        text = tur["stderr"]
-                out.append(_ev(st, "tool", "tool_result", text, tool=st.tool_names.get(tid),
-                               is_error=err, **kw))
-        return out
-
-    # assistant
-    for b in content if isinstance(content, list) else [{"type": "text", "text": _str(content)}]:
-        if not isinstance(b, dict):
-            continue
-        bt = b.get("type")
-        if bt == "text":
-            text = _str(b.get("text"))
-            if text.strip():
-                out.append(_ev(st, "assistant", "text", text, **kw))
-        elif bt == "thinking":
-            text = _str(b.get("thinking"))
-            if text.strip():
-                out.append(_ev(st, "assistant", "reasoning", text, **kw))
-        elif bt == "tool_use":
-            name = _str(b.get("name")) or None
-            ti = b.get("input") if isinstance(b.get("input"), dict) else None
-            if isinstance(b.get("id"), str) and name:
-                st.tool_names[b["id"]] = name
-            out.append(_ev(st, "assistant", "tool_call", tool_summary(name or "", ti), tool=name,
-                           tool_input=ti, **kw))
-    if msg.get("stop_reason") == "end_turn" and agent in st.open_turns:
-        out.append(_ev(st, "system", "turn_end", "", **kw))
-    return out
+    return jsonio.dumps({"hookSpecificOutput": {"hookEventName": native_event or "PreToolUse",
+                                                "permissionDecision": "deny",
+                                                "permissionDecisionReason": reason}}, ensure_ascii=False) + "\n"
 
 
 ADAPTER = ClaudeCode()
+
+
+def __getattr__(name):
+    # The transcript parser lives in claude_code_records.py: the hook imports this module
+    # on every run and never parses a transcript. Its old names still resolve here.
+    if name in ('parse_record', '_block_text', 'TURN_END_SUBTYPES'):
+        from recalld.agents import claude_code_records
+
+        return getattr(claude_code_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,8 +6,9 @@ Creates a fresh venv, installs the project into it the way the README does (`pip
 as whole processes, against the same venv's bare interpreter (`python -c pass`), interleaved
 (recalld.bench.common.interleaved), at 1, 10k and 100k memories. Pre-tool runs in a project
 with 300 trusted crystals (recalld.bench.crystals.generate). Per event it reports p50/p99,
-the ratio to bare and the hook's own cost (hook minus bare), and a profile of where the time
-goes: the `-X importtime` tree summarised (total, the heaviest modules by self time, and the
+the ratio to bare, the hook's own cost (hook minus bare), the CPU time (user + system) of each
+process (other work on the machine distorts it far less than wall time), and a profile of where
+the time goes: the `-X importtime` tree summarised (total, the heaviest modules by self time, and the
 usual suspects by cumulative time) and the hook's phases and SQL from recalld.bench.hooktrace.
 
     python3 -m recalld.bench.hookcost [--quick] [--venv DIR] [--keep DIR] [--json]
@@ -19,6 +20,7 @@ minutes; --keep keeps the stores (built once per size, reused by later runs with
 import json
 import os
 import random
+import resource
 import shlex
 import shutil
 import subprocess
@@ -176,11 +178,17 @@ def _measure(cmds: dict, venv: Path, home: Path, project: Path, rounds: int) -> 
     bare = [str(venv / "bin" / "python"), "-c", "pass"]
     argvs = {ev: shlex.split(cmds[ev]) for ev in EVENTS}
     failed: list = []
+    cpu: dict = {}  # name -> [user + system ms of each process]: the machine's load moves it far less
 
-    def caller(argv, data):
+    def caller(argv, data, name=None):
         def call(i):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             p = subprocess.run(argv, input=data[i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=env, cwd=str(project))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if name is not None:
+                cpu.setdefault(name, []).append((after.ru_utime - before.ru_utime + after.ru_stime
+                                                 - before.ru_stime) * 1000)
             if p.returncode != 0:
                 failed.append(p.returncode)
         return call
@@ -188,22 +196,25 @@ def _measure(cmds: dict, venv: Path, home: Path, project: Path, rounds: int) -> 
     for ev in EVENTS:  # warm-up: page cache, crystal cache, schema
         for i in range(2):
             caller(argvs[ev], stdin[ev][rounds:])(i)
-    calls = {"bare": caller(bare, [b""] * rounds)}
-    calls.update({ev: caller(argvs[ev], stdin[ev]) for ev in EVENTS})
+    calls = {"bare": caller(bare, [b""] * rounds, "bare")}
+    calls.update({ev: caller(argvs[ev], stdin[ev], ev) for ev in EVENTS})
     load_before = load_average()
     t = interleaved(calls, rounds)
     if failed:
         raise RuntimeError(f"a hook exited with {sorted(set(failed))}")
     b50, b99 = pct(t["bare"], 0.5), pct(t["bare"], 0.99)
+    c50 = pct(cpu["bare"], 0.5)
     out = {"rounds": rounds, "load_average": [load_before, load_average()],
-           "bare": {"p50_ms": round(b50, 2), "p99_ms": round(b99, 2)}, "events": {}}
+           "bare": {"p50_ms": round(b50, 2), "p99_ms": round(b99, 2), "cpu_p50_ms": round(c50, 2)}, "events": {}}
     for ev in EVENTS:
         h50, h99 = pct(t[ev], 0.5), pct(t[ev], 0.99)
         diffs = [h - b for h, b in zip(t[ev], t["bare"])]
         out["events"][ev] = {"p50_ms": round(h50, 2), "p99_ms": round(h99, 2), "ratio_p50": round(h50 / b50, 2),
                              "own_p50_ms": round(h50 - b50, 2), "own_p99_ms": round(h99 - b99, 2),
                              "paired_own_p50_ms": round(pct(diffs, 0.5), 2),
-                             "paired_own_p99_ms": round(pct(diffs, 0.99), 2)}
+                             "paired_own_p99_ms": round(pct(diffs, 0.99), 2),
+                             "cpu_p50_ms": round(pct(cpu[ev], 0.5), 2),
+                             "own_cpu_p50_ms": round(pct(cpu[ev], 0.5) - c50, 2)}
     out["outcomes"] = _outcomes(venv, home)
     return out
 

@@ -29,8 +29,9 @@ T0 = time.perf_counter()
 
 
 def main() -> None:
-    import json
-    import sqlite3
+    import _sqlite3 as sqlite3  # what the hook imports (recalld/core/db.py), not the package
+
+    from recalld.core import jsonio
 
     spans: dict = {}
     sql: dict = {}
@@ -142,7 +143,7 @@ def main() -> None:
             "sql": {k: round(v, 3) for k, v in sql.items()}, "imports": imports, **counts}
     fd = os.open(os.environ["RECALLD_HOOK_TRACE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, (json.dumps(line) + "\n").encode())  # one write: lines from many processes never mix
+        os.write(fd, (jsonio.dumps(line) + "\n").encode())  # one write: lines from many processes never mix
     finally:
         os.close(fd)
     os._exit(0)  # as the hook does: no teardown, no closing checkpoint

@@ -21,7 +21,8 @@ The id is the file name without `.md`; a project crystal shadows a user-wide one
 Parsing every file on every act would cost the hook milliseconds it does not have, so each
 directory's parsed bindings are cached in RECALLD_HOME/cache/ keyed by each file's
 (mtime_ns, size); a changed, added or removed file is re-parsed on the next act. Essences are
-not cached: only the few crystals an act matches are read.
+not cached: only the few crystals an act matches are read, and while such a file still has the
+(mtime_ns, size) the act's scan saw, its essence is cut out without parsing it again.
 
 Files are bounded and confined: one over MAX_FILE_BYTES is skipped unread, and a symlinked
 file that resolves outside its crystal folder, or a project crystal folder that resolves
@@ -38,11 +39,9 @@ nothing. User-wide crystals (RECALLD_HOME/crystals) are the user's own and alway
 
 import marshal
 import os
-import re
 import stat
 import sys
-import zlib
-from datetime import date
+import time
 
 from recalld.core import paths, trust
 from recalld.core.pack import CLAIM_MARKERS
@@ -63,8 +62,15 @@ SKIP_NAMES = {"readme.md"}
 # An essence is meant to be a few hundred chars; 64 KiB leaves room for the history around it
 # and keeps a planted 100 MB file from being read on every matching act.
 MAX_FILE_BYTES = 64 * 1024
-_FIELD_RE = re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$")
-_COMMENT_RE = re.compile(r"\s+#.*$")
+_PATTERNS: list = []  # (field, comment), compiled by the first parse: importing re costs a hook more than its matching
+
+
+def _regexes() -> tuple:
+    if not _PATTERNS:
+        import re
+
+        _PATTERNS.extend((re.compile(r"^([A-Za-z_][\w-]*)\s*:\s*(.*)$"), re.compile(r"\s+#.*$")))
+    return tuple(_PATTERNS)
 
 
 class ParseError(Exception):
@@ -78,11 +84,12 @@ class Crystal:
     every act and builds these only for the few crystals an act matches."""
 
     __slots__ = ("id", "path", "origin", "on", "match", "tell", "stale_after", "essence_chars", "claims",
-                 "unknown", "essence", "keys", "deliver")
+                 "unknown", "essence", "keys", "deliver", "sig")
 
     def __init__(self, id: str, path: str, origin: str, on: tuple, match: tuple, tell: "str | None" = None,
                  stale_after: "str | None" = None, essence_chars: int = 0, claims: int = 0, unknown: tuple = (),
-                 essence: "str | None" = None, keys: "tuple | None" = None, deliver: str = "gate"):
+                 essence: "str | None" = None, keys: "tuple | None" = None, deliver: str = "gate",
+                 sig: "tuple | None" = None):
         self.id, self.path, self.origin = id, path, origin
         self.on, self.match = tuple(on), tuple(match)  # match: the keys as written
         self.tell, self.stale_after = tell, stale_after  # stale_after: YYYY-MM-DD
@@ -91,6 +98,7 @@ class Crystal:
         self.essence = essence  # filled by parse_text; the cache does not keep it
         self.keys = tuple(keys) if keys else tuple(k.lower() for k in self.match)
         self.deliver = deliver  # gate | context
+        self.sig = sig  # (mtime_ns, size) of the file this act's scan indexed (scan_dir)
 
     def __repr__(self) -> str:
         return f"Crystal({self.id!r}, origin={self.origin!r}, on={self.on!r}, match={self.match!r})"
@@ -102,7 +110,7 @@ class Crystal:
     def is_stale(self, today: "date | None" = None) -> bool:
         if not self.stale_after:
             return False
-        return (today or date.today()).isoformat() > self.stale_after
+        return (today.isoformat() if today else time.strftime("%Y-%m-%d")) > self.stale_after  # no datetime
 
     def to_cache(self) -> dict:
         return {"id": self.id, "on": list(self.on), "match": list(self.match), "keys": list(self.keys),
@@ -114,7 +122,7 @@ class Crystal:
         return cls(id=d["id"], path=path, origin=origin, on=d["on"], match=d["match"], tell=d.get("tell"),
                    stale_after=d.get("stale_after"), essence_chars=int(d.get("essence_chars") or 0),
                    claims=int(d.get("claims") or 0), unknown=d.get("unknown") or (), keys=d.get("keys"),
-                   deliver=d.get("deliver") or "gate")
+                   deliver=d.get("deliver") or "gate", sig=d.get("sig"))
 
 
 class Failure:
@@ -196,22 +204,23 @@ def _list(value: str) -> tuple:
 
 def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
     """Parse one crystal file's text. Raises ParseError with a one-line reason."""
+    field_re, comment_re = _regexes()
     lines = text.splitlines()
     i = 0
     while i < len(lines) and not lines[i].strip():
         i += 1
-    if i == len(lines) or _COMMENT_RE.sub("", lines[i].strip()) != "crystal:":
+    if i == len(lines) or comment_re.sub("", lines[i].strip()) != "crystal:":
         raise ParseError("no binding block: the first non-blank line must be `crystal:`")
     fields: dict = {}
     unknown = []
     i += 1
     while i < len(lines):
         line = lines[i].strip()
-        m = _FIELD_RE.match(line)
+        m = field_re.match(line)
         if not line or not m:
             break
         name = m.group(1).lower()
-        value = _COMMENT_RE.sub("", m.group(2)).strip()
+        value = comment_re.sub("", m.group(2)).strip()
         if name in fields:
             raise ParseError(f"`{name}:` appears twice in the binding block")
         fields[name] = value
@@ -233,6 +242,7 @@ def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
         raise ParseError(f"`deliver: {deliver}` is not supported (gate or context)")
     stale = fields.get("stale_after") or None
     if stale:
+        from datetime import date  # only when a file is (re)parsed
         try:
             stale = date.fromisoformat(stale).isoformat()
         except ValueError:
@@ -245,13 +255,18 @@ def parse_text(text: str, path: str, origin: str = "project") -> Crystal:
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     if end < start:
         raise ParseError(f"{END} comes before {BEGIN}")
-    essence = text[start:end].strip("\n").rstrip()
+    essence = _essence_of(text)
     if not essence.strip():
         raise ParseError("the essence is empty")
     return Crystal(id=crystal_id(path), path=path, origin=origin, on=on, match=match,
                    tell=fields.get("tell") or None, stale_after=stale,
                    essence_chars=len(essence), claims=count_claims(essence),
                    unknown=tuple(unknown), essence=essence, deliver=deliver)
+
+
+def _essence_of(text: str) -> str:
+    """The text between the essence markers of a file that has exactly one pair, in order."""
+    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n").rstrip()
 
 
 def _oversize(size: int) -> str:
@@ -265,9 +280,9 @@ def _outside(path: str, root: str) -> "str | None":
     return None if real == top or real.startswith(top.rstrip(os.sep) + os.sep) else real
 
 
-def read_file(path: str) -> bytes:
-    """A crystal file's bytes: a regular file inside its folder, at most MAX_FILE_BYTES.
-    Non-blocking open, so a FIFO swapped in after the scan cannot hang the hook."""
+def read_file(path: str, with_sig: bool = False):
+    """A crystal file's bytes: a regular file inside its folder, at most MAX_FILE_BYTES (with
+    with_sig, (bytes, (mtime_ns, size))). Non-blocking open: a FIFO swapped in cannot hang the hook."""
     if os.path.islink(path):
         real = _outside(path, os.path.dirname(path))
         if real:
@@ -290,7 +305,7 @@ def read_file(path: str) -> bytes:
         os.close(fd)
     if len(raw) > MAX_FILE_BYTES:
         raise ParseError(_oversize(len(raw)), "oversize")
-    return raw
+    return (raw, (st.st_mtime_ns, st.st_size)) if with_sig else raw
 
 
 def parse_bytes(raw: bytes, path: str, origin: str = "project") -> Crystal:
@@ -310,7 +325,13 @@ def essence(c: Crystal) -> "str | None":
     if c.essence is not None:
         return c.essence
     try:
-        return parse_file(c.path, c.origin).essence
+        raw, sig = read_file(c.path, with_sig=True)
+        if c.sig is not None and tuple(c.sig) == sig:  # the file as indexed, which parsed: no re, no datetime
+            try:
+                return _essence_of(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                pass  # not as indexed after all: parse it and say why not
+        return parse_bytes(raw, c.path, c.origin).essence
     except ParseError:
         return None
 
@@ -336,9 +357,11 @@ def directories(project: "str | None") -> list:
 
 
 def _cache_path(directory: str) -> str:
-    # crc32 names the cache file; hashlib would cost the hook an import for no security need.
-    digest = f"{zlib.crc32(directory.encode('utf-8', 'surrogateescape')):08x}"
-    return os.path.join(str(paths.home()), "cache", f"crystals-{digest}.marshal")
+    # A 32-bit FNV-1a names the cache file: hashlib or zlib would cost the hook a module load.
+    h = 0x811C9DC5
+    for b in directory.encode("utf-8", "surrogateescape"):
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return os.path.join(str(paths.home()), "cache", f"crystals-{h:08x}.marshal")
 
 
 def _scan(directory: str) -> tuple:
@@ -472,6 +495,7 @@ def scan_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
     for name in sorted(found):
         c = data.get(name)
         if isinstance(c, dict):
+            c["sig"] = found[name]  # this act's stat of the file (Crystal.sig); not written to the cache
             entries.append((directory + sep + name, origin, c))
         else:
             failures.append(Failure(directory + sep + name, origin, c if isinstance(c, str) else "bad cache entry"))

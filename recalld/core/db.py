@@ -5,8 +5,11 @@ disk; a busy timeout so concurrent writers wait instead of failing.
 """
 
 import os
-import sqlite3
 import time
+
+# The C module itself: the `sqlite3` package adds only dbapi2's date adapters and aliases, and
+# imports datetime and collections.abc for them, on every hook run. Same classes and errors.
+import _sqlite3 as sqlite3
 
 from recalld.core import paths
 from recalld.core.migrations import MIGRATIONS

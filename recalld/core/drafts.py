@@ -8,10 +8,9 @@ cannot reach the store even by mistake (tests/test_proposer.py checks both).
 Standard library only: the hook reads pending drafts through the same SQL.
 """
 
-import json
-import sqlite3
+import _sqlite3 as sqlite3  # the C module: the package's dbapi2 imports datetime (the hook)
 
-from recalld.core import db, receipts
+from recalld.core import db, jsonio, receipts
 
 # Tables the proposer may read but never change (FTS5 shadow tables included by prefix).
 PROTECTED = ("memories", "memories_fts", "memory_changes")
@@ -170,4 +169,4 @@ def record_boundary(conn: sqlite3.Connection, *, session: str, project, agent, o
 
 
 def as_json(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return jsonio.dumps(obj, separators=(",", ":"), ensure_ascii=False)

@@ -5,12 +5,12 @@ writes exactly one receipt, to the database when it can take it, else as one lin
 RECALLD_HOME/receipts-fallback.jsonl. Readers merge both (by uid).
 """
 
-import json
 import os
-import sqlite3
 import time
 
-from recalld.core import paths
+import _sqlite3 as sqlite3  # not the sqlite3 package: its dbapi2 imports datetime (the hook)
+
+from recalld.core import jsonio, paths
 
 OUTCOMES = ("injected", "nothing", "error", "timeout", "skipped")
 FIELDS = ("uid", "time", "source", "hook", "act", "agent", "session", "project", "outcome",
@@ -40,7 +40,7 @@ def _row(r: dict) -> tuple:
     for f in FIELDS:
         v = r.get(f)
         if f in ("delivered_ids", "detail"):
-            v = json.dumps(v if v is not None else ([] if f == "delivered_ids" else {}),
+            v = jsonio.dumps(v if v is not None else ([] if f == "delivered_ids" else {}),
                            separators=(",", ":"), ensure_ascii=False)
         out.append(v)
     return tuple(out)
@@ -57,7 +57,7 @@ def append_fallback(r: dict, reason: str = "") -> None:
     """One line, one write(2) on an O_APPEND descriptor: concurrent writers never tear it."""
     rec = dict(r)
     rec["detail"] = dict(rec.get("detail") or {}, fallback_reason=reason)
-    line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str) + "\n").encode()
+    line = (jsonio.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str) + "\n").encode()
     path = paths.fallback_receipts_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -107,7 +107,7 @@ def read_fallback() -> list[dict]:
         with open(paths.fallback_receipts_path(), encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
-                    rec = json.loads(line)
+                    rec = jsonio.loads(line)
                 except ValueError:
                     continue  # a line cut by a crash mid-write: skip, keep the rest
                 if isinstance(rec, dict) and rec.get("uid"):
@@ -137,8 +137,8 @@ def read(conn: "sqlite3.Connection | None", *, session=None, hook=None, source=N
             for r in conn.execute(sql + " ORDER BY id", params):
                 d = dict(r)
                 d.pop("id", None)
-                d["delivered_ids"] = json.loads(d["delivered_ids"] or "[]")
-                d["detail"] = json.loads(d["detail"] or "{}")
+                d["delivered_ids"] = jsonio.loads(d["delivered_ids"] or "[]")
+                d["detail"] = jsonio.loads(d["detail"] or "{}")
                 rows[d["uid"]] = d
         except sqlite3.Error:
             pass

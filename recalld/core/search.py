@@ -9,11 +9,11 @@ floor, so an unrelated prompt injects nothing.
 
 import math
 import os
-import re
-import sqlite3
+import _sqlite3 as sqlite3  # the C module: the package's dbapi2 imports datetime (the hook)
 
 from recalld.core.scope import Scope
-from recalld.core.textproc import STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, tokens, within_edits
+from recalld.core.textproc import (STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, subject_span,
+                                   tokens, within_edits)
 
 MAX_QUERY_TERMS = 32
 # A pasted log can be megabytes; what decides recall is in its first pages.
@@ -469,17 +469,14 @@ def _memory_idf(conn, have_of: list, terms: list, n_docs: int) -> dict:
     return out
 
 
-_SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")
-
-
 def subject_label(text: str) -> list:
     """The words (lower case) of the short `label:` a memory opens with, after an optional
     [bracketed] prefix ("Caroline: ...", "alembic: ..."); [] when there is none or it is
     longer than three words."""
-    m = _SUBJECT.match(text)
-    if not m:
+    span = subject_span(text)  # no regex: the hook would import re for it on every prompt
+    if span is None:
         return []
-    label = tokens(m.group(1).lower())
+    label = tokens(span.lower())
     return label if len(label) <= 3 else []
 
 

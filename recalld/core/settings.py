@@ -7,10 +7,9 @@ could write a receipt. A bad value now falls back to its default, and load() nam
 that fell back so the hook's receipt can say so (`detail.settings_fallback`).
 """
 
-import json
 import os
 
-from recalld.core import paths
+from recalld.core import jsonio, paths
 
 # The agent's hard cap on one hook output string (Claude Code truncates at 10,000).
 AGENT_OUTPUT_CAP = 10_000
@@ -142,7 +141,7 @@ def check(key: str, value) -> tuple:
         default = default[part]
     if isinstance(default, dict):
         if not isinstance(value, dict):
-            return value, f"{key}: expected an object of its settings ({', '.join(default)}), got {json.dumps(value)}"
+            return value, f"{key}: expected an object of its settings ({', '.join(default)}), got {jsonio.dumps(value)}"
         out = {}
         for k, v in value.items():
             out[k], err = check(f"{key}.{k}", v)
@@ -151,7 +150,7 @@ def check(key: str, value) -> tuple:
         return out, None
     ok, value = _checked(key, value, default)
     if not ok:
-        return value, f"{key}: expected {expected(key, default)}, got {json.dumps(value)}"
+        return value, f"{key}: expected {expected(key, default)}, got {jsonio.dumps(value)}"
     return value, None
 
 
@@ -172,7 +171,7 @@ def load(fallbacks: "list | None" = None) -> dict:
     bad: list = []
     try:
         with open(paths.settings_path(), encoding="utf-8") as f:
-            user = json.load(f)
+            user = jsonio.loads(f.read())
     except FileNotFoundError:
         user = {}
     except (OSError, ValueError):
@@ -218,6 +217,8 @@ def _merge(base: dict, over: dict, prefix: str, bad: list) -> None:
 
 def save(values: dict) -> None:
     """Write the user's overrides (not the defaults) atomically."""
+    import json  # `config set`, never the hook: jsonio has no indent
+
     path = paths.settings_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
@@ -229,7 +230,7 @@ def save(values: dict) -> None:
 def load_overrides() -> dict:
     try:
         with open(paths.settings_path(), encoding="utf-8") as f:
-            data = json.load(f)
+            data = jsonio.loads(f.read())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

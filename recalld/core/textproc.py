@@ -4,12 +4,28 @@ Terms are stemmed by SQLite's own porter tokenizer (through a temporary FTS5 tab
 terms we weigh are exactly the terms the index holds.
 """
 
-import re
-import sqlite3
+import _sqlite3 as sqlite3  # the C module: the package's dbapi2 imports datetime (the hook)
 
-# Split the way FTS5's unicode61 tokenizer does: letters and digits only.
-_TOKEN = re.compile(r"[^\W_]+")
-_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+# No regular expressions here: `import re` (with enum, functools' friends) cost the prompt hook
+# more than its whole search. Each function below gives exactly what the regex in its
+# docstring gives (tests/test_hook_textproc.py compares them on every code point and on the
+# shared corpora); str methods classify characters the way re's unicode classes do.
+
+
+class _Splitter(dict):
+    r"""str.translate table: a letter or digit stays, anything else becomes a space. Filled in
+    as code points are met (str.isalnum is exactly re's `[^\W_]`)."""
+
+    def __missing__(self, cp: int) -> int:
+        v = cp if chr(cp).isalnum() else 32
+        if len(self) < 65536:  # a long-lived daemon meets many scripts: bounded, then uncached
+            self[cp] = v
+        return v
+
+
+_SPLIT = _Splitter()
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 STOPWORDS = frozenset(
     """
@@ -86,20 +102,81 @@ def other_forms(word: str) -> tuple:
 
 
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+    r"""Split the way FTS5's unicode61 tokenizer does, letters and digits only: re's
+    findall(r"[^\W_]+"). No letter or digit is whitespace, so split() cuts exactly there."""
+    return text.translate(_SPLIT).split()
+
+
+def camel_parts(tok: str) -> list[str]:
+    r"""re's findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", tok): HTTPServer ->
+    HTTP, Server; an acronym before a word gives up its last capital to the word."""
+    out, i, n = [], 0, len(tok)
+    while i < n:
+        c = tok[i]
+        if c in _UPPER:
+            j = i + 1
+            while j < n and tok[j] in _UPPER:
+                j += 1
+            if j < n and tok[j] in _LOWER:
+                if j - i >= 2:  # the acronym, without the capital that starts the next word
+                    out.append(tok[i:j - 1])
+                    i = j - 1
+                    continue
+                j += 1
+                while j < n and tok[j] in _LOWER:
+                    j += 1
+            out.append(tok[i:j])
+            i = j
+        elif c in _LOWER or c.isdecimal():
+            same = _LOWER.__contains__ if c in _LOWER else str.isdecimal
+            j = i + 1
+            while j < n and same(tok[j]):
+                j += 1
+            out.append(tok[i:j])
+            i = j
+        else:
+            i += 1
+    return out
 
 
 def identifier_parts(text: str) -> list[str]:
     """Pieces of mixed-case identifiers (OperationalError -> Operational, Error), so a memory
     naming `OperationalError` is found by "operational error" and the other way round."""
     out = []
-    for tok in _TOKEN.findall(text):
+    for tok in tokens(text):
         if tok.islower() or tok.isupper() or tok.isdigit():
             continue
-        parts = _CAMEL.findall(tok)
+        parts = camel_parts(tok)
         if len(parts) > 1:
             out.extend(parts)
     return out
+
+
+_LABEL_CHARS = "_ .-/"
+
+
+def subject_span(text: str) -> "str | None":
+    r"""The label a memory opens with, after an optional [bracketed] prefix: group 1 of
+    re.match(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s", text), else None."""
+    i, n = 0, len(text)
+    if text.startswith("["):
+        j = text.find("]", 1, 62)
+        if j < 0 or "\n" in text[1:j]:
+            return None  # and without the prefix the label would start at "[": no match
+        i = j + 1
+        while i < n and text[i].isspace():
+            i += 1
+    if i >= n or not (text[i].isalnum() or text[i] == "_") or text[i].isdecimal():
+        return None
+    # ":" is not a label character, so the lazy {0,40}? ends at the first colon, at most 40
+    # characters on, and everything before it must be a label character
+    k = text.find(":", i + 1, i + 42)
+    if k < 0 or k + 1 >= n or not text[k + 1].isspace():
+        return None
+    rest = text[i + 1:k]
+    for ch in _LABEL_CHARS:
+        rest = rest.replace(ch, "")
+    return text[i:k] if not rest or rest.isalnum() else None
 
 
 def aux_text(text: str) -> str:

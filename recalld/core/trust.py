@@ -14,10 +14,9 @@ has crystal files, and an act on an unchanged folder compares the hashes the cry
 already holds (crystals.scan_dir) with the record, hashing nothing.
 """
 
-import json
 import os
 
-from recalld.core import paths
+from recalld.core import jsonio, paths
 
 LOG = "crystal-trust.jsonl"
 STATES = ("trusted", "untrusted", "changed")
@@ -39,7 +38,7 @@ def read() -> dict:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = jsonio.loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict) and isinstance(rec.get("dir"), str):
@@ -55,11 +54,11 @@ def last(directory: str) -> "dict | None":
             raw = f.read()
     except OSError:
         return None
-    needle = b'"dir": ' + json.dumps(directory, ensure_ascii=False).encode("utf-8")
+    needle = b'"dir": ' + jsonio.dumps(directory, ensure_ascii=False).encode("utf-8")
     for line in reversed(raw.split(b"\n")):
         if needle in line:
             try:
-                rec = json.loads(line)
+                rec = jsonio.loads(line)
             except ValueError:
                 continue
             if isinstance(rec, dict) and rec.get("dir") == directory:
@@ -103,7 +102,7 @@ def record(directory: str, action: str, project: "str | None" = None, hashes: "d
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         # One write of one line: O_APPEND keeps concurrent lines whole.
-        os.write(fd, (json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+        os.write(fd, (jsonio.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -9,7 +9,48 @@ parent directory is put on sys.path here instead. `recalld hook EVENT` (the cons
 and `python -m recalld.hook EVENT` run the same code.
 """
 
+import gc
 import sys
+
+# A hook process lives a few milliseconds and ends in os._exit: the cyclic collector would only
+# walk the objects its imports create, again and again (about a tenth of its own instructions).
+gc.disable()
+
+
+def _import_sqlite() -> None:
+    """Import the _sqlite3 C module without importing functools.
+
+    Its module init asks functools for `lru_cache`, only to build each connection's statement
+    cache, and functools imports collections (whose namedtuple compiles source): about as many
+    instructions as the rest of the hook's imports together. `functools.lru_cache(n)(f)` is the
+    C wrapper `_functools._lru_cache_wrapper(f, n, False, CacheInfo)`, so the C module is handed
+    exactly that; the stand-in leaves sys.modules as soon as the import returns, and a later
+    `import functools` gets the real one. Anything unexpected: the plain import."""
+    if "_sqlite3" in sys.modules or "functools" in sys.modules:
+        return
+    try:
+        import _functools
+
+        def lru_cache(maxsize=128, typed=False):
+            size = max(0, maxsize) if isinstance(maxsize, int) else None  # as functools.lru_cache
+
+            def decorating(fn):
+                return _functools._lru_cache_wrapper(fn, size, typed, lambda *info: info)
+            return decorating
+
+        stand_in = type(sys)("functools")
+        stand_in.lru_cache = lru_cache
+        sys.modules["functools"] = stand_in
+        try:
+            import _sqlite3  # noqa: F401
+        finally:
+            if sys.modules.get("functools") is stand_in:
+                del sys.modules["functools"]
+    except Exception:
+        sys.modules.pop("_sqlite3", None)
+
+
+_import_sqlite()
 
 if not __package__:  # run as a file: nothing but the standard library is on sys.path yet
     _here = __file__.replace("\\", "/").rsplit("/", 3)

@@ -15,7 +15,6 @@ in `served` as `gate:c:<id>` rows.
 """
 
 import os
-from datetime import date
 
 from recalld import agents
 from recalld.core import crystals, pack

@@ -5,15 +5,17 @@ exit 0, finish inside a hard deadline, append exactly one receipt. Anything slow
 nothing to the agent's context and is written down instead.
 """
 
-import json
 import os
-import signal
-import sqlite3
 import sys
 import time
 
+# The C modules behind `signal`, `sqlite3` and `json`: the Python wrappers import enum, re,
+# datetime and collections, milliseconds of every hook process (docs/architecture.md).
+import _signal
+import _sqlite3 as sqlite3
+
 from recalld import agents
-from recalld.core import db, pack, paths, receipts, scope, settings
+from recalld.core import db, jsonio, pack, paths, receipts, scope, settings
 from recalld.hook import payloads
 
 MAX_INPUT = 32 * 1024 * 1024
@@ -271,11 +273,11 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     after: list = []
     old_handler = None
     try:
-        use_alarm = hasattr(signal, "setitimer")
+        use_alarm = hasattr(_signal, "setitimer")
         if use_alarm:
             try:
-                old_handler = signal.signal(signal.SIGALRM, _on_alarm)
-                signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
+                old_handler = _signal.signal(_signal.SIGALRM, _on_alarm)
+                _signal.setitimer(_signal.ITIMER_REAL, deadline_ms / 1000)
             except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
                 use_alarm = False
         try:
@@ -283,8 +285,8 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
             out, after = _work(event, agent, data, cfg, r, end, opened)
         finally:
             if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, old_handler)
+                _signal.setitimer(_signal.ITIMER_REAL, 0)
+                _signal.signal(_signal.SIGALRM, old_handler)
     except Deadline:
         r["outcome"], r["error"], out, after = "timeout", "deadline", "", []
         _reset_delivery(r)
@@ -355,7 +357,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
             r["outcome"], r["error"] = "skipped", "empty_input"
             return "", []
     try:
-        payload = json.loads(stdin)
+        payload = jsonio.loads(stdin)
     except (ValueError, UnicodeDecodeError):
         r["outcome"], r["error"] = "error", "bad_json"
         return "", []
@@ -404,7 +406,8 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
     if gate:
         r["outcome"], r["delivered"], r["delivered_ids"] = "injected", 1, [gate["key"]]
         r["detail"]["stop_gate"] = gate["key"]
-        return json.dumps({"decision": "block", "reason": gate["reason"]}, ensure_ascii=False) + "\n", ctx.after_commit
+        out = jsonio.dumps({"decision": "block", "reason": gate["reason"]}, ensure_ascii=False) + "\n"
+        return out, ctx.after_commit
     if not items:
         r["outcome"] = "nothing"
         return "", ctx.after_commit

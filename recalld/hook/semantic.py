@@ -18,10 +18,9 @@ array and enum wrappers, ~3 ms on every prompt on the development machine, and t
 none of them.
 """
 
-import json
 import os
 
-from recalld.core import paths
+from recalld.core import jsonio, paths
 
 SOCKET_NAME = "query.sock"
 # Room left for what follows the answer (fetching the rows, packing, the receipt) when the
@@ -76,7 +75,7 @@ def ask(text: str, sc, limit: int, floor: float, wait_s: float, now: float) -> A
         s.connect(socket_path())
         req = {"v": 1, "q": text[:MAX_SENT_CHARS], "project": sc.project, "agent": sc.agent,
                "limit": int(limit), "floor": float(floor)}
-        s.sendall(json.dumps(req, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
+        s.sendall(jsonio.dumps(req, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
     except (TimeoutError, BlockingIOError):  # BlockingIOError: its backlog is full, it is busy
         s.close()
         return Asked(None, "timeout", now)
@@ -120,7 +119,7 @@ def answer(asked: Asked, deadline: float, clock) -> "list | None":
     finally:
         s.close()
     try:
-        data = json.loads(buf)
+        data = jsonio.loads(buf)
         hits = data["hits"]
         out = [(int(i), float(sc), str(via)) for i, sc, via in hits]
     except (ValueError, KeyError, TypeError):
