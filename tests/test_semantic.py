@@ -85,6 +85,9 @@ def _serve(server):
 
 @pytest.fixture
 def daemon(home, stored):
+    # what the real daemon answers is under test here, not how fast: a loaded machine (the
+    # tests share it) must not turn an answer into a timeout (the deadline still caps it)
+    settings.save({"semantic_wait_ms": 250})
     server = query.QueryServer(FakePass(ConceptEncoder()))
     stop, t = _serve(server)
     yield server
@@ -292,3 +295,92 @@ def test_fuse_orders_by_the_embedding_only_where_lexical_coverage_is_weak():
     assert [i for i, _, _ in query.fuse(weak, [(2, 0.5), (1, 0.1), (9, 0.3)], None, 5)] == [2, 9, 1]
     strong = [H(1, 0.5), H(2, 0.1)]
     assert [i for i, _, _ in query.fuse(strong, [(2, 0.5), (9, 0.3)], None, 5)] == [1, 2]
+
+
+def test_fuse_scores_a_lexical_candidate_the_dense_top_k_left_out_by_its_own_cosine():
+    class H:
+        def __init__(self, id, score):
+            self.id, self.score, self.rank = id, score, score
+    weak = [H(1, 0.2), H(2, 0.1)]
+    dense = [(9, 0.5)]  # the dense top k holds neither lexical candidate
+    assert [i for i, _, _ in query.fuse(weak, dense, None, 5)] == [9, 1, 2]
+    got = query.fuse(weak, dense, None, 5, cos={1: 0.0, 2: 0.45})
+    assert [(i, v) for i, _, v in got] == [(9, "dense"), (2, "both"), (1, "lexical")]
+    # above the coverage limit the cosines change nothing
+    strong = [H(1, 0.6), H(2, 0.1)]
+    assert [i for i, _, _ in query.fuse(strong, dense, None, 5, cos={2: 0.9})] == [1, 2]
+
+
+def test_cosines_of_given_memories_with_and_without_the_index(stored, conn):
+    enc = ConceptEncoder()
+    q = enc.embed_one("a price in euros")
+    want = [stored["cents"], stored["argo"], stored["pool"], 99999]
+    plain = vectors.cosines(conn, q, want, model=enc.model)
+    index = vectors.VectorIndex(enc.model, enc.dim)
+    warm = vectors.cosines(conn, q, want, model=enc.model, index=index)
+    assert set(plain) == set(warm) == {stored["cents"], stored["argo"], stored["pool"]}  # 99999: no vector
+    for k in plain:
+        assert warm[k] == pytest.approx(plain[k], abs=1e-6)
+    assert plain[stored["cents"]] > 0.9 > plain[stored["argo"]]
+    assert vectors.cosines(conn, q, [stored["cents"]], model="another@0") == {}
+
+
+def test_the_daemon_scores_lexical_candidates_outside_its_dense_top_k(daemon, stored, conn, monkeypatch):
+    enc = ConceptEncoder()
+    monkeypatch.setattr(query, "DENSE_K", 1)
+    req = {"q": "the price of euros per pool", "project": P1, "agent": "main", "limit": 10, "floor": 0.0}
+    got = {h[0]: h for h in daemon.answer(conn, enc, req)["hits"]}
+    # "pool" is found lexically, the dense top 1 is the cents memory: the pool memory still
+    # gets the bonus of its own (small, positive) cosine, so it is scored by both
+    lex = {h.id: h.score for h in search(conn, req["q"], scope.Scope(P1, "main"), floor=0.0)}
+    assert stored["pool"] in lex and max(lex.values()) < query.STRONG_LEXICAL, lex
+    assert got[stored["cents"]][2] == "dense"
+    assert got[stored["pool"]][2] == "both" and got[stored["pool"]][1] > lex[stored["pool"]]
+
+
+def test_the_benchmarks_embedding_cache_returns_what_the_encoder_gave(tmp_path):
+    from recalld.bench.semantic import Cached
+
+    class Counting(ConceptEncoder):
+        calls = 0
+
+        def embed(self, texts, batch=32):
+            Counting.calls += len(texts)
+            return super().embed(texts, batch)
+
+    texts = ["a price in euros", "deploy to production", "a haiku"]
+    first = Cached(Counting(), tmp_path / "cache.sqlite")
+    a = first.embed(texts)
+    again = Cached(Counting(), tmp_path / "cache.sqlite")  # another run: read back, not embedded
+    b = again.embed(texts[::-1])
+    assert Counting.calls == 3 and again.hits == 3 and again.misses == 0
+    assert np.array_equal(a, b[::-1]) and np.array_equal(again.embed_one(texts[0]), a[0])
+    other = Counting()
+    other.model = "concept@1"  # another model's vectors are not this one's
+    Cached(other, tmp_path / "cache.sqlite").embed(texts[:1])
+    assert Counting.calls == 4
+
+
+def test_the_warm_index_keeps_projects_apart_and_multiplies_only_the_scopes_rows(stored, conn, monkeypatch):
+    enc = ConceptEncoder()
+    shared = store.remember(conn, "Prices everywhere are shown in euros.", scope.Scope(P2, "main"), scope="shared",
+                            check_similar=False).memory["id"]
+    vectors.embed_pending(conn, enc)
+    index = vectors.VectorIndex(enc.model, enc.dim)
+    index.refresh(conn)
+    p1 = index.parts[index.codes[P1]]
+    assert sorted(p1.ids[:p1.n]) == sorted([stored["cents"], stored["argo"], stored["pool"]])
+    assert list(index.parts[vectors._SHARED].ids[:1]) == [shared] and index.n == 5
+    rows_multiplied = []
+    real = vectors._top
+
+    def spy(scores, k):
+        rows_multiplied.append(scores.shape[0])
+        return real(scores, k)
+    monkeypatch.setattr(vectors, "_top", spy)
+    q = enc.embed_one("a price in euros")
+    got = [m for m, _ in vectors.dense_search(conn, q, scope.Scope(P2, "main"), 5, model=enc.model, index=index)]
+    assert sorted(got) == sorted([stored["other"], shared]) and rows_multiplied[0] == 2  # not P1's three
+    got = [m for m, _ in vectors.dense_search(conn, q, scope.Scope("/elsewhere", "main"), 5, model=enc.model,
+                                              index=index)]
+    assert got == [shared]

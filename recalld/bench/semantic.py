@@ -19,7 +19,14 @@ it is fitted on, lexical-style needs stay perfect, unanswerable and unrelated ne
 more often than the lexical search alone, and LoCoMo hit@1 and recall@5 do not drop; of those,
 the best paraphrased hit@1 wins. Validated leaving one coding project (and a third of LoCoMo's
 conversations) out in turn; the shipped constants are reported beside the fits, not replaced
-by them.
+by them. `injection_gates`: the best any gate of the family coverage + a x cosine + b x z >= t
+injects on paraphrased needs while staying as quiet as lexical search (an upper bound: fitted
+on all the coding needs at once).
+
+The recall part's embeddings are kept between runs in the temporary directory
+(recalld-bench-embeddings.sqlite, keyed by model and text; delete it to embed afresh). The
+cost part also reports one answer's CPU in the daemon and the warm dense scan (wall and CPU)
+at each size, and at the largest a project of a tenth as many memories added to that store.
 """
 
 import itertools
@@ -36,8 +43,8 @@ from recalld.bench.common import Unavailable, child_env, interleaved, pct, proce
 
 DATA = Path(__file__).resolve().parent / "data"
 FLOOR = 0.3
-GRID = {"weight": (2.0, 4.0), "base": (0.0, 0.2), "dense_floor": (0.55, 0.6, 0.65), "margin": (0.05, 0.1),
-        "strong": (0.25, 0.27, 0.3)}
+GRID = {"weight": (2.0, 4.0, 8.0), "base": (0.0, 0.2), "dense_floor": (0.55, 0.6, 0.65), "margin": (0.05, 0.1),
+        "strong": (0.27, 0.3, 0.33, 0.36, 0.4)}
 
 # The wait the semantic path is measured with (the shipped default is 0: off).
 MEASURED_WAIT_MS = 60
@@ -50,6 +57,47 @@ class Lex:
 
     def __init__(self, id, score, rank):
         self.id, self.score, self.rank = id, score, rank
+
+
+class Cached:
+    """An encoder whose embeddings are kept between runs in a file under the temporary
+    directory, keyed by the model and the text: LoCoMo's 2,760 turns take minutes to embed
+    on one core, and the figures do not depend on when they were embedded."""
+
+    def __init__(self, enc, path: "Path | None" = None):
+        import sqlite3
+
+        self.enc, self.model, self.dim = enc, enc.model, enc.dim
+        self.path = path or Path(tempfile.gettempdir()) / "recalld-bench-embeddings.sqlite"
+        self.db = sqlite3.connect(self.path, check_same_thread=False)
+        self.db.execute("CREATE TABLE IF NOT EXISTS vec (model TEXT, text TEXT, v BLOB, PRIMARY KEY (model, text))")
+        self.hits = self.misses = 0
+
+    def embed(self, texts, batch: int = 32):
+        import numpy as np
+
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        missing = []
+        for i, t in enumerate(texts):
+            r = self.db.execute("SELECT v FROM vec WHERE model = ? AND text = ?", (self.model, t)).fetchone()
+            if r is None:
+                missing.append(i)
+            else:
+                out[i] = np.frombuffer(r[0], dtype="<f4")
+        if missing:
+            vecs = self.enc.embed([texts[i] for i in missing], batch=batch)
+            with self.db:
+                for i, v in zip(missing, vecs):
+                    out[i] = v
+                    self.db.execute("INSERT OR REPLACE INTO vec VALUES (?,?,?)",
+                                    (self.model, texts[i], np.ascontiguousarray(v, dtype="<f4").tobytes()))
+        self.hits += len(texts) - len(missing)
+        self.misses += len(missing)
+        return out
+
+    def embed_one(self, text: str):
+        return self.embed([text])[0]
 
 
 def shipped() -> dict:
@@ -66,8 +114,12 @@ def _both(conn, enc, text, sc, qvec):
     from recalld.core.search import search
     from recalld.model import vectors
 
+    from recalld.daemon.query import DENSE_K
+
     lex = [Lex(h.id, h.score, h.rank) for h in search(conn, text, sc, limit=20, floor=0.0)]
-    return lex, vectors.dense_search(conn, qvec, sc, 20, model=enc.model)
+    dense = vectors.dense_search(conn, qvec, sc, DENSE_K, model=enc.model)
+    got = {i for i, _ in dense}
+    return lex, dense, vectors.cosines(conn, qvec, [h.id for h in lex if h.id not in got], model=enc.model)
 
 
 def collect_coding(enc, tmp: Path) -> list:
@@ -95,12 +147,13 @@ def collect_coding(enc, tmp: Path) -> list:
     for g, style, text, exp in needs:
         _, sc, key2id = projs[g]
         q = enc.embed_one(text)
-        lex, dense = _both(conn, enc, text, sc, q)
-        rows.append({"group": g, "style": style, "expected": [key2id[k] for k in exp], "lex": lex, "dense": dense})
+        lex, dense, cos = _both(conn, enc, text, sc, q)
+        rows.append({"group": g, "style": style, "expected": [key2id[k] for k in exp], "lex": lex, "dense": dense,
+                     "cos": cos})
         if exp:  # the same need where nothing answers it
             other = projs[names[(names.index(g) + 1) % len(names)]][1]
-            olex, odense = _both(conn, enc, text, other, q)
-            rows.append({"group": g, "style": "unrelated", "expected": [], "lex": olex, "dense": odense})
+            olex, odense, ocos = _both(conn, enc, text, other, q)
+            rows.append({"group": g, "style": "unrelated", "expected": [], "lex": olex, "dense": odense, "cos": ocos})
     conn.close()
     return rows
 
@@ -125,9 +178,9 @@ def collect_locomo(enc, tmp: Path, data=None, quick: bool = False) -> list:
             if q.category not in locomo.ANSWERABLE:
                 continue
             ev = set(q.evidence)
-            lex, dense = _both(conn, enc, q.question, sc, enc.embed_one(q.question))
+            lex, dense, cos = _both(conn, enc, q.question, sc, enc.embed_one(q.question))
             rows.append({"group": c.sample_id, "style": "locomo", "expected": [m for m, d in id2dia.items() if d in ev],
-                         "lex": lex, "dense": dense})
+                         "lex": lex, "dense": dense, "cos": cos})
     conn.close()
     return rows
 
@@ -144,7 +197,7 @@ def ranked(row: dict, how: str, params: dict, floor: "float | None") -> list:
         return [h.id for h in row["lex"] if floor is None or h.score >= floor]
     if how == "dense":
         return [i for i, _ in row["dense"]]
-    return [i for i, _, _ in fuse(row["lex"], row["dense"], floor, 20, **params)]
+    return [i for i, _, _ in fuse(row["lex"], row["dense"], floor, 20, cos=row.get("cos"), **params)]
 
 
 def measure(rows: list, params: dict) -> dict:
@@ -188,18 +241,70 @@ def admissible(m: dict) -> bool:
 
 def fit(rows: list) -> "tuple[dict | None, dict | None]":
     """The admissible grid point with the best paraphrased hit@1 (then paraphrased injected
-    hit@1, then the judge set's hit@1)."""
+    hit@1, the judge set's hit@1, LoCoMo's hit@1 and recall@5)."""
     best, best_key = None, None
     for vals in itertools.product(*GRID.values()):
         params = dict(zip(GRID, vals))
         m = measure(rows, params)
         if not admissible(m):
             continue
-        p, j = m.get("paraphrased", {}), m.get("judge-set", {})
-        key = (p.get("fused hit@1", 0), p.get("fused injected hit@1", 0), j.get("fused hit@1", 0))
+        p, j, lo = m.get("paraphrased", {}), m.get("judge-set", {}), m.get("locomo", {})
+        key = (p.get("fused hit@1", 0), p.get("fused injected hit@1", 0), j.get("fused hit@1", 0),
+               lo.get("fused hit@1", 0), lo.get("fused hit@5", 0))
         if best_key is None or key > best_key:
             best, best_key = (params, m), key
     return best if best else (None, None)
+
+
+GATE_GRID = {"cos": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0), "z": (0.0, 0.05, 0.1, 0.15, 0.2),
+             "t": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)}
+
+
+def gates(rows: list, params: dict) -> dict:
+    """How far any injection gate of one family can go on the coding sets: a candidate (in the
+    fused order) is injected when coverage + a x cosine + b x z >= t, z being its cosine's
+    standing among the query's dense top k ((c - mean) / sd), so that "one memory is clearly
+    about this" counts apart from "all are about equally close". The best paraphrased injected
+    hit@1 (then the judge set's) of the settings that stay quiet, fitted on all the coding
+    needs at once: an upper bound for this family, not a held-out figure."""
+    from recalld.daemon.query import fuse
+
+    styles = ("paraphrased", "judge-set", "lexical", "unanswerable", "unrelated")
+    feats = {st: [] for st in styles}
+    for r in rows:
+        if r["style"] not in feats:
+            continue
+        cs = [c for _, c in r["dense"]]
+        mu = statistics.fmean(cs) if cs else 0.0
+        sd = statistics.pstdev(cs) if len(cs) > 1 else 0.0
+        cos = {**(r.get("cos") or {}), **dict(r["dense"])}
+        cov = {h.id: h.score for h in r["lex"]}
+        cands = [(i, cov.get(i, 0.0), cos.get(i, 0.0)) for i, _, _ in fuse(r["lex"], r["dense"], None, 20,
+                                                                          cos=r.get("cos"), **params)]
+        feats[r["style"]].append((set(r["expected"]), [(i, v, c, (c - mu) / sd if sd > 0 else 0.0)
+                                                       for i, v, c in cands]))
+    quiet = {st: sum(bool(ranked(r, "lexical", params, FLOOR)) for r in rows if r["style"] == st)
+             for st in ("unanswerable", "unrelated")}
+    best = None
+    for a, b, t in itertools.product(*GATE_GRID.values()):
+        got = {}
+        for st, L in feats.items():
+            firsts = [next((i for i, v, c, z in cands if v + a * c + b * z >= t), None) for _, cands in L]
+            got[st] = sum(f is not None and (not exp or f in exp) for (exp, _), f in zip(L, firsts))
+        if got["unanswerable"] > quiet["unanswerable"] or got["unrelated"] > quiet["unrelated"] \
+                or got["lexical"] < len(feats["lexical"]):
+            continue
+        key = (got["paraphrased"], got["judge-set"])
+        if best is None or key > best[0]:
+            best = (key, {"cos": a, "z": b, "t": t}, got)
+    if best is None:
+        return {"best": None}
+    (_, _), setting, got = best
+    n = {st: len(L) for st, L in feats.items()}
+    return {"best": setting, "paraphrased injected hit@1": round(got["paraphrased"] / n["paraphrased"], 3),
+            "judge-set injected hit@1": round(got["judge-set"] / n["judge-set"], 3),
+            "unanswerable injects": round(got["unanswerable"] / n["unanswerable"], 3),
+            "unrelated injects": round(got["unrelated"] / n["unrelated"], 3)}
 
 
 def validate(rows: list) -> list:
@@ -246,16 +351,73 @@ def _random_vectors(conn, enc, seed: int = 3) -> int:
     return len(ids)
 
 
-def _recall_paths(conn, since: int) -> dict:
+def _recall_paths(conn, since: int) -> "tuple[dict, dict]":
+    """How many runs each path served, and the hook's own time (its receipt's duration, what
+    the deadline bounds: the interpreter's start is not in it) by path."""
     out: dict = {}
-    for (d,) in conn.execute("SELECT detail FROM receipts WHERE id > ? AND hook = 'prompt-submit'", (since,)):
+    own: dict = {}
+    for d, ms in conn.execute("SELECT detail, duration_ms FROM receipts WHERE id > ? AND hook = 'prompt-submit'",
+                              (since,)):
         k = (json.loads(d or "{}")).get("recall", "none")
         out[k] = out.get(k, 0) + 1
-    return out
+        own.setdefault(k, []).append(ms)
+    return out, {k: _ms(v) for k, v in own.items()}
 
 
 def _ms(xs) -> dict:
     return {"p50_ms": round(statistics.median(xs), 2), "p99_ms": round(pct(xs, 0.99), 2), "n": len(xs)}
+
+
+def _scan(conn, enc, sc, prompts, rounds: int) -> dict:
+    """The warm dense search alone (VectorIndex, the scope's top DENSE_K), wall and this
+    thread's CPU time: the CPU figure is what other work on the machine does not inflate."""
+    from recalld.daemon.query import DENSE_K
+    from recalld.model import vectors
+
+    index = vectors.VectorIndex(enc.model, enc.dim)
+    qs = enc.embed(prompts[:8])
+    vectors.dense_search(conn, qs[0], sc, DENSE_K, model=enc.model, index=index)  # the first fill
+    wall, cpu = [], []
+    for i in range(rounds):
+        t, c = time.perf_counter(), time.thread_time()
+        vectors.dense_search(conn, qs[i % len(qs)], sc, DENSE_K, model=enc.model, index=index)
+        cpu.append((time.thread_time() - c) * 1000)
+        wall.append((time.perf_counter() - t) * 1000)
+    return {**_ms(wall), "cpu_p50_ms": round(statistics.median(cpu), 2), "rows": index.n}
+
+
+def _answer_cpu(conn, enc, sc, prompts, rounds: int) -> dict:
+    """What one answer costs the daemon in CPU (the query's embedding, both searches, the
+    fusion), on a server of its own in this thread: wall times here grow with the machine's
+    load, this does not."""
+    from recalld.daemon.query import QueryServer
+    from recalld.model import vectors
+
+    srv = QueryServer(_Pass(enc))
+    srv.index = vectors.VectorIndex(enc.model, enc.dim)
+    srv.index.refresh(conn)
+    ms = []
+    for i in range(rounds):
+        c = time.thread_time()
+        srv.answer(conn, enc, {"q": prompts[i % len(prompts)], "project": sc.project, "agent": sc.agent,
+                               "limit": 15, "floor": FLOOR})
+        ms.append((time.thread_time() - c) * 1000)
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(pct(ms, 0.99), 2), "n": len(ms)}
+
+
+def _other_project(conn, enc, tmp: Path, prompts, n: int, rounds: int) -> dict:
+    """The warm dense search for a project of `n` memories added to the store: the index
+    scans that project's rows (and the shared ones), not the whole store."""
+    from recalld import store
+    from recalld.bench import synth
+    from recalld.core.scope import Scope
+
+    sc = Scope(str(tmp / "another-project"), "main")
+    lines = [json.dumps(m) for m in synth.memories(n)]
+    for i in range(0, len(lines), 5000):
+        store.import_jsonl(conn, lines[i:i + 5000], sc)
+    total = _random_vectors(conn, enc, seed=5)
+    return {"store": total, "project": n, **_scan(conn, enc, sc, prompts, rounds)}
 
 
 def latency(enc, quick: bool = False) -> dict:
@@ -291,8 +453,8 @@ def latency(enc, quick: bool = False) -> dict:
             th = threading.Thread(target=server.serve, args=(stop, lambda: (db.connect(), None),
                                                              lambda c, i, w: (c, i)), daemon=True)
             th.start()
-            for _ in range(500):
-                if server.state["listening"]:
+            for _ in range(6000):  # the index is filled before the socket appears
+                if server.state["listening"] or not server.state["enabled"]:
                     break
                 time.sleep(0.01)
             sock = semantic.socket_path()
@@ -302,8 +464,10 @@ def latency(enc, quick: bool = False) -> dict:
                 a = semantic.ask(prompts[i % len(prompts)], sc, 15, FLOOR, 1.0, time.perf_counter())
                 if semantic.answer(a, time.perf_counter() + 1.0, time.perf_counter) is None:
                     raise RuntimeError(f"no semantic answer: {a.status}")
-            round_trip(0)  # the index's first fill
+            round_trip(0)
             rt = interleaved({"rt": round_trip}, 20 if quick else 60)["rt"]
+            scan = _scan(conn, enc, sc, prompts, 20 if quick else 60)
+            cpu = _answer_cpu(conn, enc, sc, prompts, 20 if quick else 60)
             env = child_env(RECALLD_HOME=str(home))
             payloads = [json.dumps({"session_id": f"bench-{i}", "cwd": project, "hook_event_name": "UserPromptSubmit",
                                     "prompt": p}).encode() for i, p in enumerate(prompts)]
@@ -321,13 +485,18 @@ def latency(enc, quick: bool = False) -> dict:
             since = conn.execute("SELECT coalesce(max(id), 0) FROM receipts").fetchone()[0]
             t = interleaved({"bare": process([sys.executable, "-c", "pass"], env=env),
                              "daemon up": hook(True), "daemon stopped": hook(False)}, runs)
-            paths = _recall_paths(conn, since)
+            paths, own = _recall_paths(conn, since)
             stop.set()
             th.join(5)
+            if n == sizes[-1]:  # a user's store holds every project's memories: scan one of them
+                out["dense scan, another project"] = _other_project(conn, enc, tmp, prompts, n // 10, runs * 3)
             conn.close()
             out["sizes"][n] = {"hook daemon up": _ms(t["daemon up"]), "hook daemon stopped": _ms(t["daemon stopped"]),
-                               "bare python": _ms(t["bare"]), "socket round trip": _ms(rt),
-                               "served by": paths, "server answered": server.state["answered"]}
+                               "bare python": _ms(t["bare"]), "socket round trip": _ms(rt), "dense scan": scan,
+                               "answer cpu": cpu,
+                               "served by": paths, "hook's own time by path": own,
+                               "server answered": server.state["answered"],
+                               "index fill ms": server.state.get("index_fill_ms")}
         # the backfill: real embeddings of synthetic memories, as `recalld embed --backfill`
         home = tmp / "backfill"
         core.build_store(home, 160 if quick else 320, project)
@@ -357,9 +526,10 @@ def run(quick: bool = False, data=None) -> dict:
     except LLMError as e:
         raise Unavailable(f"no embedder: {e}") from None
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-semantic-recall-"))
-    rows = collect_coding(enc, tmp)
+    cached = Cached(enc)  # the recall figures only: the cost below times the encoder itself
+    rows = collect_coding(cached, tmp)
     try:
-        rows += collect_locomo(enc, tmp, data, quick)
+        rows += collect_locomo(cached, tmp, data, quick)
     except Unavailable as e:
         locomo_skipped = str(e)
     else:
@@ -370,6 +540,7 @@ def run(quick: bool = False, data=None) -> dict:
     params, figs = fit(rows)
     out["fitted_on_all"] = {"params": params, "figures": figs}
     out["validation"] = validate(rows)
+    out["injection_gates"] = gates(rows, shipped())
     out["cost"] = latency(enc, quick)
     out["notes"] = [
         "hit@1 on the coding sets is what the hook injects first at the shipped floor "

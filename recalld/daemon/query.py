@@ -7,6 +7,8 @@ on RECALLD_HOME/run/query.sock (recalld.hook.semantic says the protocol): the di
 made 0700 and must belong to this user, the socket is bound under a temporary name, made 0600
 and renamed into place, so there is no moment at which another user could connect. No encoder,
 no socket: the hook then sees `down` and answers lexically, as it did before this existed.
+The warm VectorIndex is filled before the socket appears (about 1 s at 100k vectors here), so no
+hook meets that first read; each request then reads only the vectors written since.
 
 A request names the scope the hook resolved (project, agent). The answer is computed for that
 scope only: the lexical side through core.search with that Scope, the dense side through
@@ -21,6 +23,7 @@ daemon busy past its wait answers lexically.
 import json
 import os
 import socket
+import sqlite3
 import time
 
 from recalld.core import receipts
@@ -45,26 +48,36 @@ DENSE_K = 20  # dense candidates per question (the fusion reads the top few)
 #   one (a paraphrase has one clear answer; an unrelated coding question is about equally
 #   close to many memories).
 # Fitted (recalld/bench/semantic.py, docs/architecture.md "The semantic pre-step"): the
-# embedding decides the order only below 0.27 coverage, about where the lexical floor (0.3)
-# says the words found nothing; a dense-only memory is injected only above 0.6 cosine, which
-# no unanswerable coding need of the dev sets reached with a 0.1 lead.
+# embedding re-orders only below 0.33 coverage, a little above the lexical floor (0.3): a
+# paraphrase often shares one or two words with its answer, and LoCoMo's strong lexical hits
+# stay as they are; a dense-only memory is injected only above 0.6 cosine, which no
+# unanswerable coding need of the dev sets reached with a 0.1 lead. Every lexical candidate
+# is scored with its own cosine, also when it is not in the dense top DENSE_K (0 before).
+# Neither a gate on the cosine's standing among the query's candidates (its z-score) nor
+# any mix of coverage and cosine injected more paraphrased answers without injecting on
+# as many more unanswerable needs (the benchmark's `injection_gates`), so the gate stays.
 DENSE_WEIGHT = 4.0
 DENSE_BASE = 0.0
 DENSE_FLOOR = 0.6
 DENSE_MARGIN = 0.1
-STRONG_LEXICAL = 0.27
+STRONG_LEXICAL = 0.33
 
 
-def fuse(lex: list, dense: list, floor: "float | None", limit: int, *, weight: float = DENSE_WEIGHT,
-         base: float = DENSE_BASE, dense_floor: float = DENSE_FLOOR, margin: float = DENSE_MARGIN,
-         strong: float = STRONG_LEXICAL) -> list:
+def fuse(lex: list, dense: list, floor: "float | None", limit: int, *, cos: "dict | None" = None,
+         weight: float = DENSE_WEIGHT, base: float = DENSE_BASE, dense_floor: float = DENSE_FLOOR,
+         margin: float = DENSE_MARGIN, strong: float = STRONG_LEXICAL) -> list:
     """[(memory id, score, via)] best first, at most `limit`, only what may be injected at
     `floor` (None: every candidate, for measuring the order). `lex` are search() Hits (found
-    at floor 0), `dense` (id, cosine) best first. The score is lexical coverage plus the dense
-    bonus (the receipt's figure); `via` is "lexical", "dense" or "both"."""
+    at floor 0), `dense` (id, cosine) best first, `cos` the cosines of lexical candidates the
+    dense top k left out (vectors.cosines; without them such a candidate gets no bonus). The
+    score is lexical coverage plus the dense bonus (the receipt's figure); `via` is "lexical",
+    "dense" or "both"."""
     top_lex = max((h.score for h in lex), default=0.0)
     use_dense = bool(dense) and top_lex < strong
-    cos = dict(dense) if use_dense else {}
+    if use_dense:
+        cos = {**(cos or {}), **dict(dense)}
+    else:
+        cos = {}
     gate = None
     if use_dense:
         first, c1 = dense[0]
@@ -163,17 +176,24 @@ class QueryServer:
         if enc is None:
             self.state["enabled"] = False
             return
+        conn, ident = open_store()
+        self.index = vectors.VectorIndex(enc.model, enc.dim)
         try:
+            # filled before the socket exists: the first fill reads every vector (seconds at
+            # 100k), which a hook waiting its 60 ms must not meet; later requests read only
+            # the rows written since
+            t0 = time.perf_counter()
+            self.index.refresh(conn)
+            self.state.update(index_rows=self.index.n, index_fill_ms=round((time.perf_counter() - t0) * 1000, 1))
             s = self.bind()
-        except OSError as e:
+        except (OSError, sqlite3.Error) as e:
+            conn.close()
             self.state.update(enabled=False, reason=f"cannot listen: {type(e).__name__}: {e}"[:300])
             if log is not None:
                 log.error("query_socket_failed", reason=self.state["reason"])
             return
         if log is not None:
             log.info("query_listening", socket=self.state["socket"], model=enc.model)
-        conn, ident = open_store()
-        self.index = vectors.VectorIndex(enc.model, enc.dim)
         s.settimeout(ACCEPT_S)
         try:
             while not stop.is_set():
@@ -234,5 +254,7 @@ class QueryServer:
         embed_ms = (time.perf_counter() - t0) * 1000
         lex = search(conn, text, sc, limit=limit, floor=0.0)
         dense = vectors.dense_search(conn, q, sc, DENSE_K, model=enc.model, index=self.index)
-        return {"v": 1, "hits": [list(h) for h in fuse(lex, dense, floor, limit)],
+        got = {i for i, _ in dense}
+        cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=enc.model, index=self.index)
+        return {"v": 1, "hits": [list(h) for h in fuse(lex, dense, floor, limit, cos=cos)],
                 "embed_ms": round(embed_ms, 2)}
