@@ -277,7 +277,7 @@ def test_judge_need_decides_as_the_benchmark_simulates(conn, stocked, rt, enc):
         ranked, cos = fj._signals(rt, enc, need, hits)
         row = fj._row_for(hits, need, ranked, cos, set(), False, {h.id: h.id for h in hits})
         sim = fj.mask(row, calibrated.LM_TOP, True)
-        ps, _, passed = judge.decide(sim, True, cfg["judge"]["threshold"], cfg["judge"]["max_pass"])
+        ps, _, passed = judge.decide(sim, True, cfg["judge"]["threshold"], cfg["judge"]["max_pass"], need=need)
         assert [v.judge_score for v in res.candidates] == [None if p is None else pytest.approx(p, abs=2e-3) for p in ps]
         assert [v.memory_id for v in res.passed] == [sim[i]["id"] for i in passed]
 

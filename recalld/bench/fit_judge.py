@@ -17,11 +17,14 @@ candidate (recalld.judge.judge's own functions), and writes one row per need. Th
   1-4) against adversarial ones (category 5, which nothing in the conversation answers); each
   conversation is a group.
 
-`fit` fits one logistic regression per set of available signals (calibrated.kind), weighting
-the two sets equally, validates it leave-one-group-out (each group's needs are scored by a
-model fitted without that group), picks the threshold on those held-out scores, and prints the
-constants for recalld/judge/calibrated.py (`--write` puts them there). numpy is used here, on
-the slow path; the judge itself reads plain numbers.
+`fit` fits one logistic regression per set of available signals (calibrated.kind), in two
+stages: the base signals with each set weighted by WEIGHTS, then the subject group
+(calibrated.SUBJECT_FEATURES) by SUBJECT_WEIGHTS with the base score held fixed. It validates
+the fit leave-one-group-out (each group's needs are scored by a model fitted without that
+group), picks the threshold on those held-out scores, and prints the constants for
+recalld/judge/calibrated.py (`--write` puts them there). numpy is used here, on the slow path;
+the judge itself reads plain numbers. The subject features are computed from the rows' need
+and candidate texts at fit time, so rows collected before the group existed serve as they are.
 """
 
 import json
@@ -37,11 +40,15 @@ from recalld.judge import calibrated, judge, rerank
 DATA = Path(__file__).resolve().parent / "data" / "coding_needs.json"
 K = 5  # candidates per need: settings judge.max_candidates
 L2 = 1.0  # ridge on the standardized coefficients; the sets are small
-# How much each set weighs in the fit, in total (each of its needs alike).
-# LoCoMo's is 0: at 0.1 or more it cost the coding set's held-out expected-memory rate 0.10 or
-# more at the same silence, and its adversarial questions are not separable by these signals
-# (docs/judge.md, "Fitting"). Its questions are still judged and reported.
+# How much each set weighs in the fit, in total (each of its needs alike), in two stages.
+# The base signals (calibrated.base_feature_names): LoCoMo's weight is 0, because at 0.1 or more
+# it cost the coding set's held-out expected-memory rate 0.10 or more at the same silence
+# (docs/judge.md, "Fitting"). The subject group (calibrated.SUBJECT_FEATURES) is then fitted on
+# both sets with the base model's score held fixed: it is 0 for a plain note that asks nothing,
+# so it moves chat-like memories (LoCoMo's) and leaves the coding set's notes as the base fit
+# scores them.
 WEIGHTS = {"coding": 1.0, "locomo": 0.0}
+SUBJECT_WEIGHTS = {"coding": 1.0, "locomo": 1.0}
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 # The judge before this one, for comparison: query likelihood at or above 1.3, first in
 # recalld.judge.rerank's order, every candidate read.
@@ -166,7 +173,7 @@ def mask(row: dict, lm_top: int, embed: bool, models: "dict | None" = None) -> l
     if not embed:
         for c in cands:
             c["cos"] = None
-    picks = set(calibrated.lm_picks(cands, embed, lm_top, models))
+    picks = set(calibrated.lm_picks(cands, embed, lm_top, models, row.get("need", "")))
     for i, c in enumerate(cands):
         if i not in picks:
             c["ql"] = c["unm"] = None
@@ -177,7 +184,7 @@ def new_judge(embed: bool, threshold: float, lm_top: int = calibrated.LM_TOP, mo
     """passes(row) -> candidate keys, by judge.decide (the rule judge_need applies)."""
     def passes(row):
         cands = mask(row, lm_top, embed, models)
-        _, _, passed = judge.decide(cands, embed, threshold, max_pass, models)
+        _, _, passed = judge.decide(cands, embed, threshold, max_pass, models, row.get("need", ""))
         return [cands[i]["key"] for i in passed]
     return passes
 
@@ -236,8 +243,8 @@ def _share(k: int, n: int) -> dict:
 
 
 def design(rows: list, lm: bool, embed: bool, lm_top: int, models=None, weights: "dict | None" = None) -> tuple:
-    """(X, y, weight, need index) over the candidates judge_need would describe. Each set
-    weighs the same in total, and each of its needs the same."""
+    """(X, y, weight, need index) over the candidates judge_need would describe, the columns
+    calibrated.feature_names. Each set weighs `weights` in total, each of its needs the same."""
     names = calibrated.feature_names(lm, embed)
     per_set = {}
     for r in rows:
@@ -245,7 +252,7 @@ def design(rows: list, lm: bool, embed: bool, lm_top: int, models=None, weights:
     X, y, w, idx = [], [], [], []
     for j, r in enumerate(rows):
         cands = mask(r, lm_top if lm else K, embed, models) if lm else [dict(c, cos=c["cos"] if embed else None) for c in r["cands"]]
-        for c, x in zip(cands, calibrated.features(cands, lm, embed)):
+        for c, x in zip(cands, calibrated.features(cands, lm, embed, r.get("need", ""))):
             if x is None:
                 continue
             X.append([x[f] for f in names])
@@ -255,21 +262,26 @@ def design(rows: list, lm: bool, embed: bool, lm_top: int, models=None, weights:
     return X, y, w, idx
 
 
-def fit_logistic(X, y, w, l2: float = L2) -> dict:
+def fit_logistic(X, y, w, l2: float = L2, offset=None) -> dict:
     """Weighted ridge logistic regression by Newton's method on standardized features;
-    returns the coefficients on the raw features."""
+    returns the coefficients on the raw features. With `offset` (a fixed logit per row, the
+    stage before's score) there is no intercept of its own, and a feature that is 0 in a row
+    leaves that row's score as the offset gave it (the features are scaled, not centred)."""
     import numpy as np
 
     X, y, w = np.asarray(X, float), np.asarray(y, float), np.asarray(w, float)
     w = w * (len(w) / w.sum())
     mu, sd = X.mean(0), X.std(0)
     sd[sd < 1e-9] = 1.0
+    if offset is not None:
+        mu = np.zeros_like(mu)
+    z0 = np.zeros(len(X)) if offset is None else np.asarray(offset, float)
     Z = np.hstack([np.ones((len(X), 1)), (X - mu) / sd])
     beta = np.zeros(Z.shape[1])
     pen = np.full(Z.shape[1], l2)
-    pen[0] = 0.0
+    pen[0] = 0.0 if offset is None else 1e9  # with an offset, the intercept stays 0
     for _ in range(100):
-        p = 1 / (1 + np.exp(-np.clip(Z @ beta, -30, 30)))
+        p = 1 / (1 + np.exp(-np.clip(z0 + Z @ beta, -30, 30)))
         g = Z.T @ (w * (p - y)) + pen * beta
         H = (Z * (w * p * (1 - p))[:, None]).T @ Z + np.diag(pen)
         step = np.linalg.solve(H, g)
@@ -280,23 +292,45 @@ def fit_logistic(X, y, w, l2: float = L2) -> dict:
     return {"intercept": float(beta[0] - (coef * mu).sum()), "coef": coef.tolist()}
 
 
-def fit_models(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None) -> dict:
-    """The four models on `rows`. The cheap ones first: they choose what the others read."""
+def fit_models(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
+               subject_weights: "dict | None" = None, subject: bool = True) -> dict:
+    """The four models on `rows`. The cheap ones first: they choose what the others read. Each
+    in two stages: the base features on `weights` (WEIGHTS), then the subject group on
+    `subject_weights` (SUBJECT_WEIGHTS) with the base score as a fixed offset (`subject=False`:
+    its coefficients stay 0, the judge before the group)."""
+    import numpy as np
+
     models = {}
     for embed in (False, True):
         for lm in (False, True):
             names = calibrated.feature_names(lm, embed)
-            X, y, w, _ = design(rows, lm, embed, lm_top, models, weights)
-            m = fit_logistic(X, y, w, l2)
+            base = calibrated.base_feature_names(lm, embed)
+            cols = [names.index(f) for f in base]
+            extra = [i for i in range(len(names)) if i not in cols]
+            X, y, w, idx = design(rows, lm, embed, lm_top, models, weights)
+            X = np.asarray(X, float)
+            m = fit_logistic(X[:, cols], y, w, l2)
+            offset = m["intercept"] + X[:, cols] @ np.asarray(m["coef"])
+            coef = dict(zip(base, m["coef"])) | {names[i]: 0.0 for i in extra}
+            if subject:
+                sw = subject_weights or SUBJECT_WEIGHTS
+                n_set = {}
+                for r in rows:
+                    n_set[r["dataset"]] = n_set.get(r["dataset"], 0) + 1
+                w2 = [sw.get(rows[j]["dataset"], 1.0) / n_set[rows[j]["dataset"]] for j in idx]
+                s = fit_logistic(X[:, extra], y, w2, l2, offset=offset)
+                coef |= dict(zip((names[i] for i in extra), s["coef"]))
             models[calibrated.kind(lm, embed)] = {"intercept": round(m["intercept"], 4),
-                                                 "coef": {f: round(c, 4) for f, c in zip(names, m["coef"])}}
+                                                 "coef": {f: round(coef[f], 4) for f in names}}
     return models
 
 
-def logo(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None) -> dict:
+def logo(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
+         subject_weights: "dict | None" = None, subject: bool = True) -> dict:
     """{group: models fitted without that group's rows}."""
     groups = sorted({r["group"] for r in rows})
-    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights) for g in groups}
+    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights, subject_weights, subject)
+            for g in groups}
 
 
 def held_out(per_group: dict, embed: bool, threshold: float, lm_top: int = calibrated.LM_TOP):

@@ -13,17 +13,26 @@ P(answers the need):
     p = 1 / (1 + exp(-(intercept + sum of coef[f] * x[f])))
 
 fitted offline on development data (recalld.bench.fit_judge: the coding-needs set in
-recalld/bench/data/coding_needs.json; LoCoMo dev is judged and reported too, and weighs 0 in
-the fit, docs/judge.md says why), validated leave-one-group-out (a group is a project or a
-conversation), and shipped here as constants. One model per set of available signals: with the language model or without it
+recalld/bench/data/coding_needs.json for the base signals; the subject group on it and LoCoMo
+dev together, the base score held fixed; docs/judge.md says why), validated
+leave-one-group-out (a group is a project or a conversation), and shipped here as constants.
+One model per set of available signals: with the language model or without it
 (the cheap model only picks which candidates the language model reads), with the embedder or
 without it. A probability means the same for every need, so one threshold (settings
 judge.threshold) decides.
+
+The subject group (`SUBJECT_FEATURES`) is read from the need's and the memories' text alone:
+does the memory speak of the subject the need names? A memory about someone else shares the
+need's other words exactly when it is the wrong one to pass (LoCoMo's adversarial questions
+name the other speaker). Only a statement with an author ("Name: I ...") has a subject to read;
+for a plain note that is not a question the group is 0 (the names a coding note shares with the
+need did not separate its answers, docs/judge.md, "What was tried").
 
 Standard library only, and no model is run here: recalld.judge.judge computes the signals.
 """
 
 import math
+import re
 
 # Per candidate, in the order search() returned them. Every feature is either comparable
 # across needs by construction (coverage 0..1, a cosine, a per-token likelihood gain) or
@@ -33,56 +42,75 @@ SEARCH_FEATURES = ("cov", "cov_gap", "rank_gap", "first")
 LM_FEATURES = ("ql", "ql_gap")
 EMBED_FEATURES = ("cos", "cos_gap")
 AGREE_FEATURES = ("agree",)
+# `other`: the memory is a first- or second-person statement ("Name: I ...", "Name: you ...")
+# whose subject is not the person the need names (a name the need shares with some candidate's
+# author); `best_other`: `other` of the candidate that holds most of the need's remaining words
+# (the need's own words, its names left out), the same for every candidate of a need; `asks`:
+# the memory is a question (it asks, it does not answer). The first two are 0 for a plain note,
+# and so is the third unless the note ends in a question mark.
+SUBJECT_FEATURES = ("other", "best_other", "asks")
 
 # Fitted by `python3 -m recalld.bench.fit_judge` (the run, its data and its cross-validated
 # figures are in docs/judge.md); never edited by hand. Keys: which signals were available.
 MODELS: dict = {
     "cheap": {
-        "intercept": -3.877,
+        "intercept": -3.906,
         "coef": {
-            "cov": 10.5977,
-            "cov_gap": 8.4649,
-            "rank_gap": 10.8267,
-            "first": 0.3952,
-            "agree": 0.3952
+            "cov": 10.784,
+            "cov_gap": 8.3459,
+            "rank_gap": 10.5084,
+            "first": 0.4082,
+            "agree": 0.4082,
+            "other": -4.1154,
+            "best_other": -5.1852,
+            "asks": -5.5539
         }
     },
     "lm": {
-        "intercept": -2.7969,
+        "intercept": -2.9402,
         "coef": {
-            "cov": 9.2136,
-            "cov_gap": 9.9806,
-            "rank_gap": 10.3456,
-            "first": 0.03,
-            "ql": 0.3337,
-            "ql_gap": 2.4227,
-            "agree": -0.0827
+            "cov": 9.2187,
+            "cov_gap": 8.1763,
+            "rank_gap": 9.6082,
+            "first": 0.2064,
+            "ql": 0.3514,
+            "ql_gap": 2.4833,
+            "agree": -0.0631,
+            "other": -4.3176,
+            "best_other": -4.4492,
+            "asks": 76.011
         }
     },
     "cheap+embed": {
-        "intercept": -5.2734,
+        "intercept": -5.4152,
         "coef": {
-            "cov": 5.006,
-            "cov_gap": 7.8304,
-            "rank_gap": 9.5802,
-            "first": 0.7153,
-            "cos": 7.1573,
-            "cos_gap": 4.6429,
-            "agree": -0.2844
+            "cov": 4.887,
+            "cov_gap": 7.3251,
+            "rank_gap": 8.6146,
+            "first": 0.973,
+            "cos": 7.2224,
+            "cos_gap": 4.938,
+            "agree": -0.3286,
+            "other": -2.5605,
+            "best_other": -2.251,
+            "asks": -2.813
         }
     },
     "lm+embed": {
-        "intercept": -4.1846,
+        "intercept": -4.3504,
         "coef": {
-            "cov": 5.0467,
-            "cov_gap": 12.9639,
-            "rank_gap": 10.5502,
-            "first": 0.8113,
-            "ql": 0.0788,
-            "ql_gap": 1.7168,
-            "cos": 7.3003,
-            "cos_gap": 5.5399,
-            "agree": -1.6963
+            "cov": 4.9835,
+            "cov_gap": 9.9317,
+            "rank_gap": 9.3839,
+            "first": 1.1836,
+            "ql": 0.0637,
+            "ql_gap": 1.9209,
+            "cos": 7.3021,
+            "cos_gap": 5.9061,
+            "agree": -1.8058,
+            "other": -3.5783,
+            "best_other": -2.4948,
+            "asks": -3.5374
         }
     }
 }
@@ -98,16 +126,131 @@ def kind(lm: bool, embed: bool) -> str:
 
 
 def feature_names(lm: bool, embed: bool) -> tuple:
-    return SEARCH_FEATURES + (LM_FEATURES if lm else ()) + (EMBED_FEATURES if embed else ()) + AGREE_FEATURES
+    return (SEARCH_FEATURES + (LM_FEATURES if lm else ()) + (EMBED_FEATURES if embed else ()) + AGREE_FEATURES
+            + SUBJECT_FEATURES)
 
 
-def features(cands: list, lm: bool, embed: bool) -> list:
+def base_feature_names(lm: bool, embed: bool) -> tuple:
+    """The features fitted on the coding set alone (recalld.bench.fit_judge, docs/judge.md)."""
+    return tuple(f for f in feature_names(lm, embed) if f not in SUBJECT_FEATURES)
+
+
+# --------------------------------------------------------------------------- the subject
+
+# Words a sentence capitalises for grammar (or a chat for greeting), never a named subject.
+_FUNCTION = frozenset("""
+i i'm i've i'll i'd what when where who whom whose which why how is are was were do does did can could
+would should will shall has have had the a an and or but if in on at of for to from by with let let's my
+we our it its this that these those there here yes no ok okay also then so not after before during since
+until while as about into over under hey hi hello thanks thank wow oh yeah yep sure great nice cool
+awesome congrats sorry please maybe just now
+""".split())
+_STOP = _FUNCTION | frozenset("""
+be been being doing having me you your he him his she her they them their than too very may might must
+any all some each other such only own same get got gets like one up down out off again once
+""".split())
+_DATE = re.compile(r"^\s*\[[^\]]{0,60}\]\s*")  # "[7:31 pm on 21 January, 2022] "
+# "Caroline: ..." / "Build Bot: ...": up to three capitalised words and a colon open the text.
+_AUTHOR = re.compile(r"^((?:[A-Z][\w'.-]*)(?: [A-Z][\w'.-]*){0,2}):\s")
+_TOKEN = re.compile(r"`[^`]{1,80}`|--?[A-Za-z][\w-]*|[A-Za-z_]\w*(?:[./:-]\w+)*|\d[\w.]*")
+_FIRST = re.compile(r"\b(?:i|i'm|i've|i'll|i'd|me|my|mine|myself|we|we're|we've|our|ours|us)\b", re.I)
+_SECOND = re.compile(r"\b(?:you|your|you're|yours|you've|you'll|you'd|yourself)\b", re.I)
+
+
+def _norm(tok: str) -> str:
+    return re.sub(r"'s$", "", tok.strip("`")).lower()
+
+
+def _is_name(tok: str, first_in_sentence: bool) -> bool:
+    """A token that names a subject: code-like (a path, a dotted or snake_case identifier, a
+    flag, CamelCase, letters with digits, backticks) or capitalised where grammar does not
+    capitalise it."""
+    if tok.startswith("`") or (tok.startswith("-") and len(tok) > 2):
+        return True
+    if re.search(r"[_./:]|[a-z][A-Z]", tok) or (re.search(r"\d", tok) and re.search(r"[A-Za-z]", tok)):
+        return True
+    if tok.lower() in _FUNCTION or len(tok) < 2:
+        return False
+    return tok.isupper() or (tok[:1].isupper() and not first_in_sentence)
+
+
+def names(text: str) -> list:
+    """The subjects a need names, normalised, in order: "Caroline's" -> "caroline"."""
+    out = []
+    for sent in re.split(r"(?<=[.!?])\s+|\n+", _DATE.sub("", text)):
+        for i, m in enumerate(_TOKEN.finditer(sent)):
+            tok = re.sub(r"'s$", "", m.group(0))
+            if _is_name(tok, i == 0) and _norm(tok) not in out:
+                out.append(_norm(tok))
+    return out
+
+
+def _words(text: str) -> set:
+    return {_norm(t) for t in _TOKEN.findall(text)}
+
+
+def _stem(w: str) -> str:
+    for suf in ("ing", "ed", "es", "s", "ly"):
+        if len(w) > len(suf) + 3 and w.endswith(suf):
+            return w[:-len(suf)][:6]
+    return w[:6]
+
+
+def _content(text: str, named: set) -> set:
+    """The text's own words, stemmed crudely, its names and function words left out."""
+    return {_stem(n) for n in (_norm(t) for t in re.findall(r"[A-Za-z][A-Za-z']+", text))
+            if len(n) > 2 and n not in _STOP and n not in named}
+
+
+def author(text: str) -> tuple:
+    """(the author a memory text opens with, or "", the text after it)."""
+    body = _DATE.sub("", text)
+    m = _AUTHOR.match(body)
+    return (m.group(1), body[m.end():]) if m else ("", body)
+
+
+def subject(people: list, need_names: list, need_words: set, text: str) -> tuple:
+    """(other, asks, share of the need's own words held) for one memory text. A statement with
+    an author ("Name: ...") in the first person is about its author, in the second person about
+    whoever it addresses (not its author); `other` is the share of `people` (the need's names
+    that author a candidate) that are not that subject. A memory without an author or a person,
+    or a need that names none of the authors, has no such subject."""
+    who, body = author(text)
+    asks = 1.0 if body.rstrip().endswith("?") else 0.0
+    held = len(need_words & _content(body, set(need_names))) / len(need_words) if need_words else 0.0
+    first, second = len(_FIRST.findall(body)), len(_SECOND.findall(body))
+    if not who or not people or not (first or second):
+        return 0.0, asks, held
+    about_author = first >= second
+    mine = _words(who)
+    other = sum((n in mine) != about_author for n in people) / len(people)
+    return other, asks, held
+
+
+def subject_features(cands: list, need: str) -> list:
+    """{other, best_other, asks} per candidate (SUBJECT_FEATURES)."""
+    need_names = names(need or "")
+    need_words = _content(_DATE.sub("", need or ""), set(need_names))
+    texts = [c.get("text") or "" for c in cands]
+    # A label that opens a note ("Decision: we ...") is not a person: only a name the need
+    # shares with some candidate's author makes a subject to agree with.
+    authors = set().union(*(_words(author(t)[0]) for t in texts)) if texts else set()
+    people = [n for n in need_names if n in authors]
+    per = [subject(people, need_names, need_words, t) for t in texts]
+    # The candidate holding most of the need's own words; ties: the better embedding, then search order.
+    best = max(range(len(cands)), key=lambda i: (per[i][2], cands[i].get("cos") or 0.0, -i)) if cands else 0
+    return [{"other": o, "best_other": per[best][0], "asks": a} for o, a, _ in per]
+
+
+def features(cands: list, lm: bool, embed: bool, need: str = "") -> list:
     """One {feature: value} per candidate. `cands`: dicts in search order with `score` (the
-    search's coverage), `rank` (its ordering key), and, when available, `ql` (the mean token
-    gain) and `cos` (the embedding cosine). With `lm`, only candidates whose `ql` is not None
-    are described (the others were not read by the model and cannot pass)."""
+    search's coverage), `rank` (its ordering key), `text`, and, when available, `ql` (the mean
+    token gain) and `cos` (the embedding cosine); `need` for the subject group. With `lm`, only
+    candidates whose `ql` is not None are described (the others were not read by the model and
+    cannot pass)."""
     if not cands:
         return []
+    subj = subject_features(cands, need)
     top_score = max(c["score"] for c in cands)
     top_rank = max(c["rank"] for c in cands)
     scored = [c for c in cands if c.get("ql") is not None] if lm else list(cands)
@@ -131,6 +274,7 @@ def features(cands: list, lm: bool, embed: bool) -> list:
             votes.append(c is best_cos)
         # Agreement: the share of the signals that put this candidate first.
         x["agree"] = sum(votes) / len(votes)
+        x.update(subj[i])
         out.append(x)
     return out
 
@@ -143,17 +287,17 @@ def probability(x: dict, model: dict) -> float:
     return e / (1.0 + e)
 
 
-def probabilities(cands: list, lm: bool, embed: bool, models: "dict | None" = None) -> list:
+def probabilities(cands: list, lm: bool, embed: bool, models: "dict | None" = None, need: str = "") -> list:
     """P(answers the need) per candidate (None for one the language model did not read)."""
     model = (MODELS if models is None else models)[kind(lm, embed)]
-    return [None if x is None else probability(x, model) for x in features(cands, lm, embed)]
+    return [None if x is None else probability(x, model) for x in features(cands, lm, embed, need)]
 
 
-def lm_picks(cands: list, embed: bool, top: int = LM_TOP, models: "dict | None" = None) -> list:
+def lm_picks(cands: list, embed: bool, top: int = LM_TOP, models: "dict | None" = None, need: str = "") -> list:
     """Indexes (into `cands`, search order) of the candidates the language model should read:
     the `top` best by the cheap model (search signals, and the embedding when there is one)."""
     if top >= len(cands):
         return list(range(len(cands)))
-    ps = probabilities(cands, False, embed, models)
+    ps = probabilities(cands, False, embed, models, need)
     order = sorted(range(len(cands)), key=lambda i: (-ps[i], i))
     return sorted(order[:max(0, top)])

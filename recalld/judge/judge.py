@@ -9,6 +9,8 @@ The signals, all computed here in the background pass (never in the hook):
 
 - the search's coverage score and ranking key (recalld.core.search), relative to the need's
   best candidate;
+- whether the memory speaks of the subject the need names (calibrated.SUBJECT_FEATURES, from
+  the texts alone);
 - the embedder's cosine between the need and the memory (recalld.model.embed), when an
   embedder is installed;
 - the small language model's query likelihood: how much the memory helps it predict the need
@@ -115,10 +117,12 @@ def signals(hits: list, embedded: "list | None", ranked: "list | None") -> list:
     return out
 
 
-def decide(cands: list, embed: bool, threshold: float, max_pass: int, models: "dict | None" = None) -> tuple:
+def decide(cands: list, embed: bool, threshold: float, max_pass: int, models: "dict | None" = None,
+           need: str = "") -> tuple:
     """(probabilities in search order, indexes highest probability first, indexes that pass)
-    for signal dicts whose language-model fields are set for the candidates the model read."""
-    ps = calibrated.probabilities(cands, True, embed, models)
+    for signal dicts whose language-model fields are set for the candidates the model read;
+    `need` for the subject features (calibrated.SUBJECT_FEATURES)."""
+    ps = calibrated.probabilities(cands, True, embed, models, need)
     order = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: (-ps[i], i))
     passed = [i for i in order if ps[i] >= threshold][: max(0, max_pass)]
     return ps, order, passed
@@ -219,7 +223,7 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
             res.embed_error = f"embedding failed: {type(e).__name__}: {e}"[:300]
         res.embed_ms = (time.perf_counter() - t1) * 1000
     embed = cos is not None
-    picks = calibrated.lm_picks(signals(hits, cos, None), embed, lm_top)
+    picks = calibrated.lm_picks(signals(hits, cos, None), embed, lm_top, need=need)
     ms0 = runtime.model_ms
     try:
         # One decode per candidate gives both its query likelihood and its re-ranking gain.
@@ -230,7 +234,7 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
     if any(r.ql is not None for r in ranked):
         res.signals.append("lm")
     sig = signals(hits, cos, ranked)
-    ps, order, passed = decide(sig, embed, threshold, max_pass)
+    ps, order, passed = decide(sig, embed, threshold, max_pass, need=need)
     by_id = {r.hit.id: r for r in ranked}
     for i, v in enumerate(cands):
         r = by_id.get(v.memory_id)
