@@ -44,8 +44,7 @@ DEFAULTS: dict = {
     "models": {"judge": None, "proposer": None, "embedder": None},
     # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)
     "proposals": {"enabled": True, "max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
-                  "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6, "window_chars": 2000,
-                  "max_tokens": 256,
+                  "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6,
                   "timeout_s": 60, "show_times": 2, "show_max": 5, "review_gate": False},
     # the daemon (docs/daemon.md): extra transcript roots, first-start window, need timing.
     # debounce_s 0.5: in the shared transcripts 41% of records follow the previous one within
@@ -75,8 +74,7 @@ RULES: dict = {
     "proposals.max_drafts": ("int", 0, 20), "proposals.min_chars": ("int", 0, 10_000),
     "proposals.min_words": ("int", 0, 1000), "proposals.max_chars": ("int", 1, 10_000),
     "proposals.min_confidence": ("number", 0, 1), "proposals.duplicate_ratio": ("number", 0, 100),
-    "proposals.min_grounding": ("number", 0, 1), "proposals.window_chars": ("int", 100, 200_000),
-    "proposals.max_tokens": ("int", 1, 4096), "proposals.timeout_s": ("number", 0.1, 3600),
+    "proposals.min_grounding": ("number", 0, 1), "proposals.timeout_s": ("number", 0.1, 3600),
     "proposals.show_times": ("int", 0, 100), "proposals.show_max": ("int", 0, 100),
     "daemon.roots": ("str-list", None, None), "daemon.recent_days": ("number", 0, 3650),
     "daemon.rescan_s": ("number", 1, 86_400), "daemon.poll_s": ("number", 0.05, 3600),
