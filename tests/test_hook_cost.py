@@ -75,6 +75,11 @@ def claude(project, event, **kw):
     ("post-tool", lambda p: claude(p, "PostToolUse", tool_name="Read", tool_input={"file_path": "x"},
                                    tool_response="ok"), "nothing"),
     ("session-start", lambda p: claude(p, "SessionStart", source="startup"), "nothing"),
+    # cue words of the redactor ("pass", "token", "key", a URL) but no secret: its gates say so
+    # without `re`, which with the compiled patterns cost the stop hook ~3/4 of its own time
+    ("stop", lambda p: claude(p, "Stop", stop_hook_active=False,
+                              last_assistant_message="Done: the tests pass, the token budget and the key "
+                                                     "points are in https://example.com/notes."), "nothing"),
 ])
 def test_the_launched_hook_answers_without_the_costly_modules(store, event, data, outcome):
     out, loaded = launch(event, data(store), store)

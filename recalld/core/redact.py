@@ -2,15 +2,14 @@
 assignments, bearer headers, `.env` lines, passwords on command lines and in prose, each
 replaced by `[REDACTED:kind]`.
 
-Its own module, standard library only (`re`, `collections`), because the stop hook redacts
-the agent's last message on the hot path, and the daemon redacts every transcript line before
-storing it. Every memory write redacts through it (recalld/store.py), and
+Its own module, standard library only, because the stop hook redacts the agent's last message
+on the hot path, and the daemon redacts every transcript line before storing it. `re` and
+`collections` are imported only once a text needs them: the cues and gates that decide whether
+a pattern can match are plain string code, and importing `re` and compiling the patterns cost
+the stop hook more than the rest of its run. Every memory write redacts through it (recalld/store.py), and
 `recalld.capture.policies` (the proposer's screening) builds on it. docs/security.md lists what
 it finds and what it leaves alone.
 """
-
-import re
-from collections import Counter
 
 PLACEHOLDER = "[REDACTED:{}]"
 _NOT_REDACTED = r"(?!\[REDACTED)"
@@ -54,32 +53,32 @@ _PROSE_WORD = (r"(?!\$)(?!(?:" + "|".join(sorted(set(_PROSE_STOP), key=len, reve
 
 # (kind, pattern, replacement). Order matters: specific provider formats first, then the
 # generic shapes (assignments, headers) that would otherwise swallow them under a vaguer name.
-_PATTERNS: list = [
-    ("private-key", re.compile(
-        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
-        r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), None),
-    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{10,}"), None),
-    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9][A-Za-z0-9_\-]{19,}"), None),
-    ("stripe-key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,}"), None),
-    ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"), None),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), None),
-    ("slack-token", re.compile(r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"), None),
-    ("slack-webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"), None),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35,}"), None),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"), None),
+_SOURCES: list = [
+    ("private-key", (
+        r"(?s)-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
+        r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)"), None),
+    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_\-]{10,}", None),
+    ("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9][A-Za-z0-9_\-]{19,}", None),
+    ("stripe-key", r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,}", None),
+    ("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}", None),
+    ("aws-access-key", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b", None),
+    ("slack-token", r"\bxox[abposre]-[A-Za-z0-9\-]{10,}", None),
+    ("slack-webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+", None),
+    ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35,}", None),
+    ("jwt", r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}", None),
     # scheme://user:password@host -> keep the user and host, drop the password
-    ("url-password", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+):" + _NOT_REDACTED
-                                + r"([^\s@/\"'<>]+)@"), r"\1:[REDACTED:url-password]@"),
-    ("bearer", re.compile(r"(?i)\b((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?"
-                          r"(?:bearer|basic|token|bot)\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{6,}"),
+    ("url-password", (r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+):" + _NOT_REDACTED
+                     + r"([^\s@/\"'<>]+)@"), r"\1:[REDACTED:url-password]@"),
+    ("bearer", (r"(?i)\b((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?"
+                r"(?:bearer|basic|token|bot)\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/=\-]{6,}"),
      r"\1[REDACTED:bearer]"),
-    ("bearer", re.compile(r"(?i)\b(bearer\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/\-]{12,}=*"),
+    ("bearer", (r"(?i)\b(bearer\s+)" + _NOT_REDACTED + r"[A-Za-z0-9._~+/\-]{12,}=*"),
      r"\1[REDACTED:bearer]"),
     # .env-style lines: KEY=VALUE where the name says secret
-    ("env-secret", re.compile(
+    ("env-secret", (
         r"(?m)^(\s*(?:export\s+)?" + _ENV_NAME + r"\s*=\s*)" + _NOT_REDACTED + r"(\S.*)$"), r"\1[REDACTED:env-secret]"),
     # the same name inline (a sentence, a squashed line): the value runs to the next space
-    ("env-secret", re.compile(
+    ("env-secret", (
         r"((?<![\w.\-])" + _ENV_NAME + r"=)" + _NOT_REDACTED + r"((?:[^\s\"'\\]|\\(?![\"']))+)"),
      r"\1[REDACTED:env-secret]"),
     # password = "...", "api_key": "...", token: ..., --password ... The match starts at the
@@ -87,37 +86,37 @@ _PATTERNS: list = [
     # head too made these two patterns most of the daemon's tailing time. Quotes may come
     # escaped (`\"password\": \"...\"`): the daemon redacts tool input as JSON text, where a
     # JSON document inside a command is a string with backslashed quotes.
-    ("assignment", re.compile(
+    ("assignment", (
         r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)(?:\\{0,3}[\"'])?\s*(?:[:=]|=>)\s*)"
         r"(\\{0,3}[\"'])" + _NOT_REDACTED + r"([^\"'\n]{4,})\2"), r"\1\2[REDACTED:assignment]\2"),
     # Unquoted: never code (_NOT_CODE), and never the backslash of an escaped quote.
-    ("assignment", re.compile(
+    ("assignment", (
         r"(?i)((?:password|passwd|pwd|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)(?:\\{0,3}[\"'])?\s*(?:[:=]|=>)\s*"
         r"(?:\\{0,3}[\"'])?)" + _NOT_REDACTED + _NOT_CODE + r"((?:[^\s\"',;}{)(\\]|\\(?![\"'])){4,})"),
      r"\1[REDACTED:assignment]"),
-    ("cli-secret", re.compile(r"(?i)(--(?:(?:http-|ftp-|proxy-)?password|passwd|token|api-key|secret|"
-                              r"client-secret)[= ]\s*" + _QUOTE + ")" + _NOT_REDACTED + _ARG_VALUE.format(4)),
+    ("cli-secret", (r"(?i)(--(?:(?:http-|ftp-|proxy-)?password|passwd|token|api-key|secret|"
+                   r"client-secret)[= ]\s*" + _QUOTE + ")" + _NOT_REDACTED + _ARG_VALUE.format(4)),
      r"\1[REDACTED:cli-secret]"),
     # A password given on a command line, named by its command (so `sort -u` or `docker run -u
     # 1000:1000` are left alone): curl -u user:pass (the user stays), mysql -pPASS, sshpass -p
     # PASS, docker login -p PASS, redis-cli -a PASS.
-    ("cli-secret", re.compile(r"(\bcurl\b[^\n|;&]*?\s(?:-u|--user)(?:[ =]\s*)?" + _QUOTE
-                              + r"(?!\$)[^\s:\"'\\$]+:)" + _NOT_REDACTED + _ARG_VALUE.format(1)),
+    ("cli-secret", (r"(\bcurl\b[^\n|;&]*?\s(?:-u|--user)(?:[ =]\s*)?" + _QUOTE
+                   + r"(?!\$)[^\s:\"'\\$]+:)" + _NOT_REDACTED + _ARG_VALUE.format(1)),
      r"\1[REDACTED:cli-secret]"),
-    ("cli-secret", re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|"
-                              r"mariadb-dump)\b[^\n|;&]*?\s-p" + _QUOTE + ")" + _NOT_REDACTED + _ARG_VALUE.format(1)),
+    ("cli-secret", (r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|"
+                   r"mariadb-dump)\b[^\n|;&]*?\s-p" + _QUOTE + ")" + _NOT_REDACTED + _ARG_VALUE.format(1)),
      r"\1[REDACTED:cli-secret]"),
-    ("cli-secret", re.compile(r"((?:\b(?:sshpass|(?:docker|podman|helm)\s+(?:registry\s+)?login)\b[^\n|;&]*?\s-p\s*|"
-                              r"\bredis-cli\b[^\n|;&]*?\s(?:-a|--pass)\s+)" + _QUOTE + ")" + _NOT_REDACTED
-                              + _ARG_VALUE.format(1)), r"\1[REDACTED:cli-secret]"),
+    ("cli-secret", (r"((?:\b(?:sshpass|(?:docker|podman|helm)\s+(?:registry\s+)?login)\b[^\n|;&]*?\s-p\s*|"
+                   r"\bredis-cli\b[^\n|;&]*?\s(?:-a|--pass)\s+)" + _QUOTE + ")" + _NOT_REDACTED
+                   + _ARG_VALUE.format(1)), r"\1[REDACTED:cli-secret]"),
     # Said in prose: "the password is hunter2", "the API key for staging was `k-123`". Only
     # after a name that can only mean a credential (not "token" or "secret" alone: LLM tokens,
     # "the secret is to..."), and not when the word after it is ordinary English ("is stored",
     # "is required", "is too short"): quoted values always count.
-    ("prose-secret", re.compile(r"(?i)\b(" + _PROSE_NAME + _PROSE_VERB + r"([\"'`])?)" + _NOT_REDACTED
-                                + r"(?(2)[^\"'`\n]{3,200}?(?=\2)|" + _PROSE_WORD + ")"),
+    ("prose-secret", (r"(?i)\b(" + _PROSE_NAME + _PROSE_VERB + r"([\"'`])?)" + _NOT_REDACTED
+                     + r"(?(2)[^\"'`\n]{3,200}?(?=\2)|" + _PROSE_WORD + ")"),
      r"\1[REDACTED:prose-secret]"),
 ]
 
@@ -167,39 +166,108 @@ def _cues_in(low: str) -> set:
         found.add(c)
         todo.extend(k for k in _CUE_CHILDREN.get(c, ()) if k in low)
     return found
+
+
+# The gates below are what these regexes, matched at a cue's end, would say, written as string
+# code so that a text no pattern can match never imports `re` (tests/test_redact_gates.py holds
+# each to its regex): the stop hook's texts almost always hold a cue word and almost never a secret.
+_NAME_TAIL = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_UPPER_TAIL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _skip(s: str, i: int, chars) -> int:
+    n = len(s)
+    while i < n and s[i] in chars:
+        i += 1
+    return i
+
+
+def _at(s: str, i: int, chars: str) -> bool:
+    return i < len(s) and s[i] in chars
+
+
+def _skip_space(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i].isspace():  # what \s matches in a str pattern, on every code point
+        i += 1
+    return i
+
+
+def _assignment_tail(s: str, i: int) -> bool:
+    r"""[a-z0-9_]*(?:\\{0,3}["'])?\s*(?:[:=]|=>)"""
+    i = _skip(s, i, _NAME_TAIL)
+    j = _skip(s, i, "\\")
+    if j - i <= 3 and _at(s, j, "'\"") and _at(s, _skip_space(s, j + 1), ":="):
+        return True
+    return _at(s, _skip_space(s, i), ":=")
+
+
+def _env_tail(s: str, i: int) -> bool:
+    r"""[a-z0-9_]*\s*="""
+    return _at(s, _skip_space(s, _skip(s, i, _NAME_TAIL)), "=")
+
+
+def _prose_tail(s: str, i: int) -> bool:
+    r"""\s+(?:(?:is|was|has|got)[\s:]|for\s)"""
+    j = _skip_space(s, i)
+    if j == i:
+        return False
+    for word, after in (("is", ":"), ("was", ":"), ("has", ":"), ("got", ":"), ("for", "")):
+        if s.startswith(word, j):
+            c = s[j + len(word):j + len(word) + 1]
+            return bool(c) and (c.isspace() or c == after)
+    return False
+
+
+def _upper_env_tail(s: str, i: int) -> bool:
+    r"""[A-Z0-9_]*\s*="""
+    return _at(s, _skip_space(s, _skip(s, i, _UPPER_TAIL)), "=")
+
+
+def _url_password_tail(s: str, i: int) -> bool:
+    r"""[^\s:/@"'<>]+:[^\s@/"'<>]+@  (after "://")"""
+    n = len(s)
+    j = i
+    while j < n and not s[j].isspace() and s[j] not in ":/@\"'<>":
+        j += 1
+    if j == i or j >= n or s[j] != ":":
+        return False
+    k = j = j + 1
+    while k < n and not s[k].isspace() and s[k] not in "@/\"'<>":
+        k += 1
+    return k > j and k < n and s[k] == "@"
+
+
 # The generic shapes are the costly ones and their cue words are everywhere in code, so they
 # also need the shape itself: one of the cue words, then what the pattern needs after it (a name's
 # tail and `=` or `:`; for prose, "is"/"was"/... or "for"), checked lower-cased. Each present
 # word's occurrences are found by str.find and the tail matched there: on the shared transcripts
 # that measured ~6x faster than one regex scanning for the words.
 _GATES = {
-    "assignment": (("pass", "pwd", "secret", "token", "key", "credential"),
-                   re.compile(r"[a-z0-9_]*(?:\\{0,3}[\"'])?\s*(?:[:=]|=>)")),
-    "env-secret": (("key", "token", "secret", "pass", "pwd", "credential", "auth"), re.compile(r"[a-z0-9_]*\s*=")),
-    "prose-secret": (("password", "passphrase", "passcode", "passwd", "token", "key", "secret"),
-                     re.compile(r"\s+(?:(?:is|was|has|got)[\s:]|for\s)")),
+    "assignment": (("pass", "pwd", "secret", "token", "key", "credential"), _assignment_tail),
+    "env-secret": (("key", "token", "secret", "pass", "pwd", "credential", "auth"), _env_tail),
+    "prose-secret": (("password", "passphrase", "passcode", "passwd", "token", "key", "secret"), _prose_tail),
 }
 
 
-def _gate_open(low: str, present: set, words: tuple, tail) -> bool:
-    """Is one of `words` (those in `present`) followed by `tail` anywhere in `low`?"""
-    match = tail.match
+def _gate_open(low: str, present, words: tuple, tail) -> bool:
+    """Is one of `words` (those in `present`, or all when None) followed by `tail` anywhere in `low`?"""
     for w in words:
-        if w not in present:
+        if present is not None and w not in present:
             continue
         i = low.find(w)
         while i >= 0:
-            if match(low, i + len(w)):
+            if tail(low, i + len(w)):
                 return True
             i = low.find(w, i + 1)
     return False
 
 
 # Gates checked on the text itself (case matters to these patterns): an upper-case name then
-# `=`, and a URL with a user:password@ part. Both start with a literal, so they scan fast.
+# `=`, and a URL with a user:password@ part.
 _CASE_GATES = {
-    "env-secret": r"(?:KEY|TOKEN|SECRET|PASS|PWD|CREDENTIAL|AUTH)[A-Z0-9_]*\s*=",
-    "url-password": r"://[^\s:/@\"'<>]+:[^\s@/\"'<>]+@",
+    "env-secret": (("KEY", "TOKEN", "SECRET", "PASS", "PWD", "CREDENTIAL", "AUTH"), _upper_env_tail),
+    "url-password": (("://",), _url_password_tail),
 }
 
 
@@ -207,19 +275,50 @@ _CASE_GATES = {
 # the same pattern without (?i), run over the lower-cased text, scans with a literal-prefix
 # search and measured ~7x faster on the shared transcripts (it finds the spans; the original
 # pattern then re-matches at each one for its groups).
-_FINDER_SOURCES = {id(p): (p.pattern.replace("(?i)", "").replace("REDACTED", "redacted"), p.flags & ~re.I)
-                   for _kind, p, _repl in _PATTERNS if p.flags & re.I}
+_FINDER_SOURCES = {i: src.replace("(?i)", "").replace("REDACTED", "redacted")
+                   for i, (_kind, src, _repl) in enumerate(_SOURCES) if src.startswith("(?i)")}
+_COMPILED: dict = {}  # index in _SOURCES -> (pattern, finder or None), compiled on first use
 
 
-def _compiled(source, flags: int = 0):
-    # compiled on first use (re caches it): the stop hook imports this module on every turn
-    # and most texts never reach these patterns
-    return re.compile(source, flags)
+def _pattern(i: int) -> tuple:
+    got = _COMPILED.get(i)
+    if got is None:
+        import re
+
+        finder = _FINDER_SOURCES.get(i)
+        got = _COMPILED[i] = (re.compile(_SOURCES[i][1]), re.compile(finder) if finder is not None else None)
+    return got
 
 
-def redact(text: str) -> tuple[str, Counter]:
-    """(text with every secret replaced, count per kind)."""
-    counts: Counter = Counter()
+def __getattr__(name: str):
+    # _PATTERNS, [(kind, compiled pattern, replacement)] in order, for the tests and anyone
+    # else who wants them all; compiled only when asked for
+    if name == "_PATTERNS":
+        patterns = [(kind, _pattern(i)[0], repl) for i, (kind, _src, repl) in enumerate(_SOURCES)]
+        globals()["_PATTERNS"] = patterns
+        return patterns
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_COUNTER: list = []  # collections.Counter, imported by the first redact() (never by the stop hook)
+
+
+def redact(text: str) -> tuple:
+    """(text with every secret replaced, collections.Counter of the count per kind)."""
+    if not _COUNTER:
+        from collections import Counter
+
+        _COUNTER.append(Counter)
+    text, counts = redact_counts(text)
+    out = _COUNTER[0]()  # filled as a dict: Counter(mapping) costs the daemon's tailer per line
+    if counts:
+        dict.update(out, counts)
+    return text, out
+
+
+def redact_counts(text: str) -> tuple:
+    """redact() with a plain dict of counts: the stop hook's call, without `collections`."""
+    counts: dict = {}
     if not text:
         return text or "", counts
     low = text.lower()
@@ -233,31 +332,29 @@ def redact(text: str) -> tuple[str, Counter]:
         return text, counts
     blocked = {kind for kind, (words, tail) in _GATES.items()
                if not present.isdisjoint(_CUES[kind]) and not _gate_open(low, present, words, tail)}
-    blocked.update(kind for kind, gate in _CASE_GATES.items()
-                   if kind not in blocked and not present.isdisjoint(_CUES[kind]) and not _compiled(gate).search(text))
+    blocked.update(kind for kind, (words, tail) in _CASE_GATES.items()
+                   if kind not in blocked and not present.isdisjoint(_CUES[kind])
+                   and not _gate_open(text, None, words, tail))
     original = text
-    for kind, pattern, repl in _PATTERNS:
+    for i, (kind, _src, repl) in enumerate(_SOURCES):
         if kind in blocked or present.isdisjoint(_CUES[kind]):
             continue
         if repl is None:
             repl = PLACEHOLDER.format(kind)
+        pattern, finder = _pattern(i)
         new = None
-        finder = _FINDER_SOURCES.get(id(pattern))
         if finder is not None and _lower_is_exact(text):
-            finder = _compiled(*finder)
             lowered = low if text is original else text.lower()
             if len(lowered) == len(text):
                 new = _sub_found(finder.finditer(lowered), pattern, text, repl, kind, counts)
         if new is None:
             def _sub(m, _repl=repl, _kind=kind):
-                counts[_kind] += 1
+                counts[_kind] = counts.get(_kind, 0) + 1
                 return m.expand(_repl)
 
             new = pattern.sub(_sub, text)
         text = new
     return text, counts
-
-
 def _lower_is_exact(text: str) -> bool:
     """Does matching the lower-cased text case-sensitively equal matching the text ignoring
     case, for patterns whose letters are ASCII? Yes unless lower() changes the length or the
@@ -267,7 +364,7 @@ def _lower_is_exact(text: str) -> bool:
     return not any(c in text for c in "\u0130\u0131\u017f\u212a")
 
 
-def _sub_found(found, pattern, text: str, repl: str, kind: str, counts: Counter) -> str:
+def _sub_found(found, pattern, text: str, repl: str, kind: str, counts: dict) -> str:
     """pattern.sub over text, given where the case-sensitive finder matched its lower-cased copy.
     Each match is re-taken from the original text (one anchored match) for its groups; None
     (counting nothing) if the two ever disagree, and the caller falls back to pattern.sub."""
@@ -282,10 +379,10 @@ def _sub_found(found, pattern, text: str, repl: str, kind: str, counts: Counter)
         last = m.end()
     if not n:
         return text
-    counts[kind] += n
+    counts[kind] = counts.get(kind, 0) + n
     out.append(text[last:])
     return "".join(out)
 
 
 def has_secret(text: str) -> bool:
-    return bool(redact(text)[1])
+    return bool(redact_counts(text)[1])

@@ -203,8 +203,12 @@ _PRIOR = None  # the table's sorted "stem code" lines, read once per process; ""
 def _load_prior() -> str:
     global _PRIOR
     try:
-        with open(PRIOR_PATH, encoding="ascii") as f:
-            text = f.read()
+        # bytes decoded by name: a text-mode open would look the codec up and import
+        # encodings.ascii; newlines as text mode reads them
+        with open(PRIOR_PATH, "rb") as f:
+            text = f.read().decode("ascii")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
     except (OSError, ValueError):
         text = ""
     start = 0

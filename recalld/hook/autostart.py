@@ -62,8 +62,8 @@ def running_pid() -> "int | None":
 
 def _read_pid() -> "int | None":
     try:
-        with open(pid_path(), encoding="ascii") as f:
-            return int(f.read().strip() or 0) or None
+        with open(pid_path(), "rb") as f:  # decoded by name: no encodings.ascii import
+            return int(f.read().decode("ascii").strip() or 0) or None
     except (OSError, ValueError):
         return None
 

@@ -131,10 +131,10 @@ def _where(r) -> str:
 
 
 def _queue_boundary(ctx) -> None:
-    from recalld.core import redact  # regexes compiled only on stop, not on every prompt
+    from recalld.core import redact  # only on stop; `re` only for a text a pattern could match
 
     hi = ctx.hi
-    text, found = redact.redact(hi.text or "")
+    text, found = redact.redact_counts(hi.text or "")
     if len(text) > BOUNDARY_TEXT_CHARS:
         # The end of the last message is where the agent concludes.
         text = "…" + text[-(BOUNDARY_TEXT_CHARS - 1):]
