@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from recalld.bench.common import Unavailable, pct, source_root, transcripts_dir
+from recalld.bench.common import Unavailable, pct, restore_home, source_root, transcripts_dir
 
 MATCH = 60
 MATCH_ANYWHERE = 85
@@ -186,10 +186,7 @@ def _variant(files: list, by_file: dict, runtime) -> dict:
                                        "label": None if lab is None else labels[lab]["statement"][:80],
                                        "ungrounded": words})
         finally:
-            if old_home is None:
-                os.environ.pop("RECALLD_HOME", None)
-            else:
-                os.environ["RECALLD_HOME"] = old_home
+            restore_home(old_home)
     wall = time.perf_counter() - t0
     n_labels = sum(len(by_file.get(f.name, [])) for f in files)
     proposals = len(listed)

@@ -77,6 +77,15 @@ def child_env(**overrides) -> dict:
     return env
 
 
+def restore_home(saved: "str | None") -> None:
+    """Put back the RECALLD_HOME a benchmark found (`saved = os.environ.get("RECALLD_HOME")`)
+    after pointing it at stores of its own."""
+    if saved is None:
+        os.environ.pop("RECALLD_HOME", None)
+    else:
+        os.environ["RECALLD_HOME"] = saved
+
+
 def load_average():
     try:
         return round(os.getloadavg()[0], 2)  # other work on the machine shows up in every figure

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from recalld.bench import synth
-from recalld.bench.common import child_env, interleaved, pct, process
+from recalld.bench.common import child_env, interleaved, pct, process, restore_home
 
 
 def hook_command() -> list:
@@ -54,10 +54,7 @@ def run(quick: bool = False) -> dict:
     try:
         return _run(quick)
     finally:
-        if saved is None:
-            os.environ.pop("RECALLD_HOME", None)
-        else:
-            os.environ["RECALLD_HOME"] = saved
+        restore_home(saved)
 
 
 def _run(quick: bool) -> dict:

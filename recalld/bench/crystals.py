@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from recalld.bench.common import child_env, interleaved, pct, process
+from recalld.bench.common import child_env, interleaved, pct, process, restore_home
 
 TOOLS = ["git", "npm", "docker", "kubectl", "terraform", "psql", "make", "pytest", "cargo", "helm", "aws",
          "gcloud", "ansible", "redis-cli", "alembic", "rsync", "ssh", "curl", "pip", "yarn", "go", "mvn",
@@ -93,10 +93,7 @@ def run(quick: bool = False) -> dict:
     try:
         return _run(quick, tmp)
     finally:
-        if saved is None:
-            os.environ.pop("RECALLD_HOME", None)
-        else:
-            os.environ["RECALLD_HOME"] = saved
+        restore_home(saved)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from recalld.bench import synth
-from recalld.bench.common import child_env, load_average, pct
+from recalld.bench.common import child_env, load_average, pct, restore_home
 
 TOOLS = (
     ("Bash", lambda r, comp: {"command": r.choice([f"pytest -x -k {comp}", "git status", f"rg {comp} src/",
@@ -97,10 +97,7 @@ def run(quick: bool = False, clients: int = 30, seconds: float = 30.0, memories:
     try:
         return _run(quick, clients, seconds, memories, trace, keep)
     finally:
-        if saved is None:
-            os.environ.pop("RECALLD_HOME", None)
-        else:
-            os.environ["RECALLD_HOME"] = saved
+        restore_home(saved)
 
 
 def _run(quick, clients, seconds, memories, trace, keep) -> dict:

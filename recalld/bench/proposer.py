@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from recalld.bench import planted
-from recalld.bench.common import Unavailable, transcripts_dir
+from recalld.bench.common import Unavailable, restore_home, transcripts_dir
 
 
 def turns_of(path: Path) -> list:
@@ -62,10 +62,7 @@ def run(quick: bool = False) -> dict:
         try:
             out = _measure(files, tmp, quick)
         finally:
-            if old_home is None:
-                os.environ.pop("RECALLD_HOME", None)
-            else:
-                os.environ["RECALLD_HOME"] = old_home
+            restore_home(old_home)
     return out
 
 

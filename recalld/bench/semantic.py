@@ -39,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from recalld.bench.common import Unavailable, child_env, interleaved, pct, process
+from recalld.bench.common import Unavailable, child_env, interleaved, pct, process, restore_home
 
 DATA = Path(__file__).resolve().parent / "data"
 FLOOR = 0.3
@@ -507,10 +507,7 @@ def latency(enc, quick: bool = False) -> dict:
         out["backfill"] = {"memories": done, "seconds": round(s, 2), "per_s": round(done / s, 1)}
         conn.close()
     finally:
-        if saved is None:
-            os.environ.pop("RECALLD_HOME", None)
-        else:
-            os.environ["RECALLD_HOME"] = saved
+        restore_home(saved)
     return out
 
 
