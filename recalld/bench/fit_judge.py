@@ -280,39 +280,56 @@ def fit_logistic(X, y, w, l2: float = L2, offset=None) -> dict:
     beta = np.zeros(Z.shape[1])
     pen = np.full(Z.shape[1], l2)
     pen[0] = 0.0 if offset is None else 1e9  # with an offset, the intercept stays 0
+    def loss(b):
+        z = z0 + Z @ b
+        return float((w * (np.logaddexp(0.0, z) - y * z)).sum() + 0.5 * (pen * b * b).sum())
+
+    # Newton's method with step halving: a full step can overshoot and oscillate (it did, on a
+    # second stage whose offset already separates most rows: a coefficient of 76 on `asks`).
+    f = loss(beta)
     for _ in range(100):
         p = 1 / (1 + np.exp(-np.clip(z0 + Z @ beta, -30, 30)))
         g = Z.T @ (w * (p - y)) + pen * beta
         H = (Z * (w * p * (1 - p))[:, None]).T @ Z + np.diag(pen)
         step = np.linalg.solve(H, g)
-        beta -= step
-        if np.abs(step).max() < 1e-8:
+        t = 1.0
+        while True:
+            nxt = beta - t * step
+            f_nxt = loss(nxt)
+            if f_nxt <= f or t < 1e-6:
+                break
+            t /= 2
+        beta, f = nxt, f_nxt
+        if np.abs(t * step).max() < 1e-8:
             break
     coef = beta[1:] / sd
     return {"intercept": float(beta[0] - (coef * mu).sum()), "coef": coef.tolist()}
 
 
 def fit_models(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
-               subject_weights: "dict | None" = None, subject: bool = True) -> dict:
+               subject_weights: "dict | None" = None, subject: bool = True, without: tuple = ()) -> dict:
     """The four models on `rows`. The cheap ones first: they choose what the others read. Each
     in two stages: the base features on `weights` (WEIGHTS), then the subject group on
     `subject_weights` (SUBJECT_WEIGHTS) with the base score as a fixed offset (`subject=False`:
-    its coefficients stay 0, the judge before the group)."""
+    its coefficients stay 0, the judge before the group). The features in `without` are left
+    out of the fit, their coefficients 0 (calibrated.SET_FEATURES: the judge before them)."""
     import numpy as np
 
+    if not subject:
+        without = tuple(without) + calibrated.SUBJECT_FEATURES
     models = {}
     for embed in (False, True):
         for lm in (False, True):
             names = calibrated.feature_names(lm, embed)
-            base = calibrated.base_feature_names(lm, embed)
+            base = [f for f in calibrated.base_feature_names(lm, embed) if f not in without]
             cols = [names.index(f) for f in base]
-            extra = [i for i in range(len(names)) if i not in cols]
+            extra = [i for i, f in enumerate(names) if f in calibrated.SUBJECT_FEATURES and f not in without]
             X, y, w, idx = design(rows, lm, embed, lm_top, models, weights)
             X = np.asarray(X, float)
             m = fit_logistic(X[:, cols], y, w, l2)
             offset = m["intercept"] + X[:, cols] @ np.asarray(m["coef"])
-            coef = dict(zip(base, m["coef"])) | {names[i]: 0.0 for i in extra}
-            if subject:
+            coef = {f: 0.0 for f in names} | dict(zip(base, m["coef"]))
+            if extra:
                 sw = subject_weights or SUBJECT_WEIGHTS
                 n_set = {}
                 for r in rows:
@@ -326,10 +343,10 @@ def fit_models(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weig
 
 
 def logo(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
-         subject_weights: "dict | None" = None, subject: bool = True) -> dict:
+         subject_weights: "dict | None" = None, subject: bool = True, without: tuple = ()) -> dict:
     """{group: models fitted without that group's rows}."""
     groups = sorted({r["group"] for r in rows})
-    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights, subject_weights, subject)
+    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights, subject_weights, subject, without)
             for g in groups}
 
 

@@ -121,7 +121,7 @@ def fill_from_result(r: dict, res) -> None:
     })
     for c, v in zip(r["detail"]["candidates"], cands):
         if getattr(v, "detail", None):
-            c["signals"] = dict(v.detail)  # ql, gain, cos: numbers, no text
+            c["signals"] = dict(v.detail)  # ql, gain, cos and the text features: numbers, no text
     if getattr(res, "load_ms", None) is not None:
         r["detail"]["load_ms"] = round(res.load_ms, 1)
 

@@ -28,6 +28,9 @@ name the other speaker). Only a statement with an author ("Name: I ...") has a s
 for a plain note that is not a question the group is 0 (the names a coding note shares with the
 need did not separate its answers, docs/judge.md, "What was tried").
 
+The set features (`SET_FEATURES`, with the embedder) describe the five candidates together:
+when nothing answers, none holds much of the need's own words and no cosine stands out.
+
 Standard library only, and no model is run here: recalld.judge.judge computes the signals.
 """
 
@@ -39,6 +42,13 @@ import re
 # relative to the need's best candidate, so a need whose every score is high or low does not
 # move the probability by itself.
 SEARCH_FEATURES = ("cov", "cov_gap", "rank_gap", "first")
+# Of the need's candidate set as a whole, the same for each of them: when nothing answers the
+# need, no memory holds much of its own words and no memory's cosine stands out from the rest
+# (docs/judge.md, "Evidence absent"). `held_max`: the largest share of the need's own words (its
+# content words, its names and function words left out) that one candidate holds; `cos_spread`:
+# the standard deviation of the candidates' cosines. Both only with the embedder: without it,
+# `held_max` cost the coding set an expected memory, held out.
+SET_FEATURES = ("held_max", "cos_spread")
 LM_FEATURES = ("ql", "ql_gap")
 EMBED_FEATURES = ("cos", "cos_gap")
 AGREE_FEATURES = ("agree",)
@@ -76,41 +86,45 @@ MODELS: dict = {
             "ql": 0.3514,
             "ql_gap": 2.4833,
             "agree": -0.0631,
-            "other": -4.3176,
-            "best_other": -4.4492,
-            "asks": 76.011
+            "other": -4.2932,
+            "best_other": -4.508,
+            "asks": -5.9346
         }
     },
     "cheap+embed": {
-        "intercept": -5.4152,
+        "intercept": -5.4959,
         "coef": {
-            "cov": 4.887,
-            "cov_gap": 7.3251,
-            "rank_gap": 8.6146,
-            "first": 0.973,
-            "cos": 7.2224,
-            "cos_gap": 4.938,
-            "agree": -0.3286,
-            "other": -2.5605,
-            "best_other": -2.251,
-            "asks": -2.813
+            "cov": 2.9755,
+            "cov_gap": 7.6802,
+            "rank_gap": 9.1589,
+            "first": 0.9708,
+            "cos": 6.8127,
+            "cos_gap": 5.3998,
+            "held_max": 2.5187,
+            "cos_spread": 1.3717,
+            "agree": -0.3361,
+            "other": -2.3545,
+            "best_other": -2.2208,
+            "asks": -2.8844
         }
     },
     "lm+embed": {
-        "intercept": -4.3504,
+        "intercept": -4.4125,
         "coef": {
-            "cov": 4.9835,
-            "cov_gap": 9.9317,
-            "rank_gap": 9.3839,
-            "first": 1.1836,
-            "ql": 0.0637,
-            "ql_gap": 1.9209,
-            "cos": 7.3021,
-            "cos_gap": 5.9061,
-            "agree": -1.8058,
-            "other": -3.5783,
-            "best_other": -2.4948,
-            "asks": -3.5374
+            "cov": 3.0538,
+            "cov_gap": 10.182,
+            "rank_gap": 10.0878,
+            "first": 1.1728,
+            "ql": -0.1586,
+            "ql_gap": 1.896,
+            "cos": 6.7065,
+            "cos_gap": 6.6684,
+            "held_max": 2.9596,
+            "cos_spread": 2.3466,
+            "agree": -1.8049,
+            "other": -3.4343,
+            "best_other": -2.446,
+            "asks": -3.4624
         }
     }
 }
@@ -126,8 +140,14 @@ def kind(lm: bool, embed: bool) -> str:
 
 
 def feature_names(lm: bool, embed: bool) -> tuple:
-    return (SEARCH_FEATURES + (LM_FEATURES if lm else ()) + (EMBED_FEATURES if embed else ()) + AGREE_FEATURES
-            + SUBJECT_FEATURES)
+    return (SEARCH_FEATURES + (LM_FEATURES if lm else ()) + (EMBED_FEATURES + SET_FEATURES if embed else ())
+            + AGREE_FEATURES + SUBJECT_FEATURES)
+
+
+def detail_names(embed: bool) -> tuple:
+    """The features read from the texts and the candidate set as a whole, which a receipt shows
+    beside the signals (the other features are the signals relative to the best candidate)."""
+    return (SET_FEATURES if embed else ()) + SUBJECT_FEATURES
 
 
 def base_feature_names(lm: bool, embed: bool) -> tuple:
@@ -229,6 +249,11 @@ def subject(people: list, need_names: list, need_words: set, text: str) -> tuple
 
 def subject_features(cands: list, need: str) -> list:
     """{other, best_other, asks} per candidate (SUBJECT_FEATURES)."""
+    return [{k: x[k] for k in SUBJECT_FEATURES} for x in _text_features(cands, need)]
+
+
+def _text_features(cands: list, need: str) -> list:
+    """SUBJECT_FEATURES and `held_max` per candidate: what the texts alone say."""
     need_names = names(need or "")
     need_words = _content(_DATE.sub("", need or ""), set(need_names))
     texts = [c.get("text") or "" for c in cands]
@@ -239,18 +264,24 @@ def subject_features(cands: list, need: str) -> list:
     per = [subject(people, need_names, need_words, t) for t in texts]
     # The candidate holding most of the need's own words; ties: the better embedding, then search order.
     best = max(range(len(cands)), key=lambda i: (per[i][2], cands[i].get("cos") or 0.0, -i)) if cands else 0
-    return [{"other": o, "best_other": per[best][0], "asks": a} for o, a, _ in per]
+    held_max = max((h for _, _, h in per), default=0.0)
+    return [{"other": o, "best_other": per[best][0], "asks": a, "held_max": held_max} for o, a, _ in per]
+
+
+def _spread(xs: list) -> float:
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
 
 
 def features(cands: list, lm: bool, embed: bool, need: str = "") -> list:
     """One {feature: value} per candidate. `cands`: dicts in search order with `score` (the
     search's coverage), `rank` (its ordering key), `text`, and, when available, `ql` (the mean
-    token gain) and `cos` (the embedding cosine); `need` for the subject group. With `lm`, only
+    token gain) and `cos` (the embedding cosine); `need` for the text features. With `lm`, only
     candidates whose `ql` is not None are described (the others were not read by the model and
     cannot pass)."""
     if not cands:
         return []
-    subj = subject_features(cands, need)
+    subj = _text_features(cands, need)
     top_score = max(c["score"] for c in cands)
     top_rank = max(c["rank"] for c in cands)
     scored = [c for c in cands if c.get("ql") is not None] if lm else list(cands)
@@ -258,6 +289,7 @@ def features(cands: list, lm: bool, embed: bool, need: str = "") -> list:
     top_cos = max(c["cos"] for c in cands) if embed else 0.0
     best_ql = max(scored, key=lambda c: c["ql"]) if lm and scored else None
     best_cos = max(cands, key=lambda c: c["cos"]) if embed else None
+    cos_spread = _spread([c["cos"] for c in cands]) if embed else 0.0
     out = []
     for i, c in enumerate(cands):
         if lm and c.get("ql") is None:
@@ -270,11 +302,11 @@ def features(cands: list, lm: bool, embed: bool, need: str = "") -> list:
             x.update(ql=c["ql"], ql_gap=c["ql"] - top_ql)
             votes.append(c is best_ql)
         if embed:
-            x.update(cos=c["cos"], cos_gap=c["cos"] - top_cos)
+            x.update(cos=c["cos"], cos_gap=c["cos"] - top_cos, held_max=subj[i]["held_max"], cos_spread=cos_spread)
             votes.append(c is best_cos)
         # Agreement: the share of the signals that put this candidate first.
         x["agree"] = sum(votes) / len(votes)
-        x.update(subj[i])
+        x.update({f: subj[i][f] for f in SUBJECT_FEATURES})
         out.append(x)
     return out
 

@@ -10,7 +10,9 @@ The signals, all computed here in the background pass (never in the hook):
 - the search's coverage score and ranking key (recalld.core.search), relative to the need's
   best candidate;
 - whether the memory speaks of the subject the need names (calibrated.SUBJECT_FEATURES, from
-  the texts alone);
+  the texts alone), and, with the embedder, the candidate set as a whole: how much of the
+  need's own words its best candidate holds and how far the cosines spread
+  (calibrated.SET_FEATURES);
 - the embedder's cosine between the need and the memory (recalld.model.embed), when an
   embedder is installed;
 - the small language model's query likelihood: how much the memory helps it predict the need
@@ -52,7 +54,9 @@ class Verdict:
     search_score: float
     judge_score: "float | None"  # P(answers the need); None: the language model did not read it
     passed: bool
-    detail: dict = field(default_factory=dict)  # the candidate's signals (ql, gain, cos)
+    # the candidate's signals (ql, gain, cos) and, where it was judged, its text and set features
+    # (calibrated.detail_names)
+    detail: dict = field(default_factory=dict)
     rank_score: "float | None" = None  # recalld.judge.rerank's ordering key (None: not scored)
 
     def as_dict(self) -> dict:
@@ -235,6 +239,7 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
         res.signals.append("lm")
     sig = signals(hits, cos, ranked)
     ps, order, passed = decide(sig, embed, threshold, max_pass, need=need)
+    xs = calibrated.features(sig, True, embed, need)
     by_id = {r.hit.id: r for r in ranked}
     for i, v in enumerate(cands):
         r = by_id.get(v.memory_id)
@@ -242,6 +247,8 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
         v.rank_score = None if r is None or r.rank_score is None else round(r.rank_score, 4)
         v.detail = {k: round(x, 4) for k, x in (("ql", sig[i]["ql"]), ("gain", sig[i]["unm"]),
                                                 ("cos", sig[i]["cos"])) if x is not None}
+        if xs[i] is not None:  # what the texts said, for a candidate the probability was read for
+            v.detail.update({k: round(xs[i][k], 3) for k in calibrated.detail_names(embed)})
     res.ranked = [cands[i] for i in order]
     for i in passed:
         cands[i].passed = True
