@@ -106,9 +106,9 @@ def _run(quick: bool, tmp: Path) -> dict:
     env = child_env(RECALLD_HOME=str(home), HOME=str(tmp))
     env.pop("RECALLD_AGENT", None)
     os.environ["RECALLD_HOME"] = str(home)  # for the in-process part below
-    from recalld.core import crystals as _crystals, scope as _scope
+    from recalld.core import crystal_trust as _crystal_trust, scope as _scope
 
-    _crystals.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
+    _crystal_trust.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
     texts = acts(n_runs + 5)
     hook_cmd = [sys.executable, "-m", "recalld", "hook", "pre-tool"]
     bare_cmd = [sys.executable, "-c", "pass"]

@@ -456,17 +456,37 @@ def _index_file(path: str, origin: str, hashed: bool) -> tuple:
         return str(e), digest
 
 
+# A process that runs many acts (the daemon serving hooks, recalld/daemon/hookserver.py) keeps
+# each folder's last result: when the folder's stat is the same as then (every file's mtime and
+# size, the same skipped files), so is everything read from it. A hook process runs one act and
+# never reads this; it still stats every file, which is what catches an edited crystal.
+_LAST: dict = {}  # (directory, origin) -> (found, skipped, (entries, failures, hashes))
+# load()'s last Index per folder list, with the _LAST results it was built from (by identity:
+# a folder scanned anew, by any thread, is a new object) and the trust log's stat then.
+_LAST_INDEX: dict = {}  # (dirs, check_trust) -> (trust log stat, (results...), Index)
+
+
 def scan_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
     """([(path, origin, binding dict)], failures, cache state, hashes) for one directory.
 
     hashes: {file name: sha256} of every file indexed, for a project folder (None for a
     user-wide one). Skipped files (over the cap, outside symlinks) are never read nor hashed."""
+    return _scan_dir(directory, origin, use_cache)[:4]
+
+
+def _scan_dir(directory: str, origin: str, use_cache: bool) -> tuple:
+    """scan_dir's answer and, last, the _LAST result it came from or made (None: not kept)."""
     if origin == "project":
         real = _folder_escapes(directory)
         if real:
             return [], [Failure(directory, origin, f"the crystal folder is a symlink to {real}, outside the "
-                                "repository: not followed", "symlink")], "off" if not use_cache else "hit", None
+                                "repository: not followed", "symlink")], "off" if not use_cache else "hit", None, None
     found, skipped = _scan(directory)
+    if use_cache:
+        last = _LAST.get((directory, origin))
+        if last is not None and last[0] == found and last[1] == skipped:
+            entries, failures, hashes = last[2]
+            return list(entries), list(failures), "hit", hashes, last[2]
     hashed = origin == "project"
     cpath = _cache_path(directory)
     sigs, data, hashes = _read_cache(cpath, directory) if use_cache and found else ({}, {}, {})
@@ -504,7 +524,12 @@ def scan_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
         failures.append(Failure(directory + sep + name, origin, reason, code))
     state = "off" if not use_cache else ("refreshed" if changed else "hit")
     ok = hashed and all(n in hashes for n in found)
-    return entries, failures, state, ({n: hashes[n] for n in found} if ok else None)
+    hashes = {n: hashes[n] for n in found} if ok else None
+    kept = None
+    if use_cache:
+        kept = (list(entries), list(failures), hashes)
+        _LAST[(directory, origin)] = (found, skipped, kept)
+    return entries, failures, state, hashes, kept
 
 
 def load_dir(directory: str, origin: str, use_cache: bool = True) -> tuple:
@@ -516,10 +541,18 @@ def load(dirs: list, use_cache: bool = True, check_trust: bool = True) -> Index:
     """The crystals an act may see. A project folder that is not trusted contributes nothing
     (its crystals go to `untrusted`, and shadow nothing); check_trust=False is for commands
     that inspect files (lint), never for delivery."""
+    key = (tuple(dirs), check_trust)
+    scanned = [_scan_dir(directory, origin, use_cache) for origin, directory in dirs]
+    made_of = tuple(s[4] for s in scanned)
+    sig = trust.log_sig() if use_cache else None
+    last = _LAST_INDEX.get(key) if use_cache else None
+    if (last is not None and last[0] == sig and len(last[1]) == len(made_of)
+            and all(a is b and a is not None for a, b in zip(last[1], made_of))):
+        last[2].cache = "hit"  # no folder changed since the last act, nor did the trust log: the same Index
+        return last[2]
     entries, failures, shadowed, states, untrusted, verdicts = [], [], [], [], [], {}
     seen = set()
-    for origin, directory in dirs:
-        es, fs, state, hashes = scan_dir(directory, origin, use_cache)
+    for (origin, directory), (es, fs, state, hashes, _) in zip(dirs, scanned):
         states.append(state)
         failures.extend(fs)
         if origin == "project" and es:
@@ -534,47 +567,14 @@ def load(dirs: list, use_cache: bool = True, check_trust: bool = True) -> Index:
                 seen.add(e[2]["id"])
                 entries.append(e)
     state = "off" if not use_cache else ("refreshed" if "refreshed" in states else "hit")
-    return Index(entries, failures, shadowed, state, untrusted, verdicts)
+    index = Index(entries, failures, shadowed, state, untrusted, verdicts)
+    if use_cache:
+        _LAST_INDEX[key] = (sig, made_of, index)
+    return index
 
 
 def load_for(project: "str | None", use_cache: bool = True, check_trust: bool = True) -> Index:
     return load(directories(project), use_cache, check_trust)
-
-
-def trust_project(project: str) -> tuple:
-    """Trust the project's crystal folder as it is now: (the trust record, entries, failures).
-    Every file is read and hashed afresh (not from the hook's cache), so what is trusted is
-    what was just listed. ValueError (one line) when there is nothing that can be trusted."""
-    directory = directories(project)[0][1]
-    entries, failures, _, hashes = scan_dir(directory, "project", use_cache=False)
-    for f in failures:
-        if f.path == directory:
-            raise ValueError(f"{directory}: {f.reason}")
-    if not hashes:
-        raise ValueError(f"no crystal files in {directory}")
-    return trust.record(directory, "trust", project, hashes), entries, failures
-
-
-def trust_summary(project: "str | None") -> "dict | None":
-    """The project's crystal folder as `crystals list` and `doctor` show it (None when the
-    project has no crystal files): its trust state, what changed, and the command to trust it."""
-    if not project:
-        return None
-    import shlex
-
-    directory = directories(project)[0][1]
-    es, fs, _, hashes = scan_dir(directory, "project")
-    escaped = [f for f in fs if f.path == directory]
-    if not hashes and not escaped:
-        return None
-    log = trust.read()
-    st = "untrusted" if escaped else trust.state(directory, hashes, log)
-    rec = log.get(directory) or {}
-    return {"dir": directory, "project": project, "state": st, "crystals": len(es),
-            "files": len(hashes or {}), "trusted_at": rec.get("time") if rec.get("action") == "trust" else None,
-            "diff": trust.diff(directory, hashes, log) if st == "changed" else None,
-            "reason": escaped[0].reason if escaped else None,
-            "command": None if escaped or st == "trusted" else f"recalld crystals trust {shlex.quote(project)}"}
 
 
 # --- matching -----------------------------------------------------------------------------

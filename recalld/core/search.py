@@ -191,13 +191,20 @@ def term_idf(n: int, df: int, stem: str, alts: tuple = ()) -> float:
     table = _PRIOR if _PRIOR is not None else _load_prior()
     if not table:
         return idf(n, df)
-    q = prior_of(stem, table)
-    for a in alts:
-        q += prior_of(a, table)
+    if _PRIOR_MAP is not None:
+        get = _PRIOR_MAP.get
+        q = get(stem, 0.0)
+        for a in alts:
+            q += get(a, 0.0)
+    else:
+        q = prior_of(stem, table)
+        for a in alts:
+            q += prior_of(a, table)
     return idf(n + PRIOR_MEMORIES, df + PRIOR_MEMORIES * min(q, 1.0))
 
 
 _PRIOR = None  # the table's sorted "stem code" lines, read once per process; "" when unreadable
+_PRIOR_MAP = None  # {stem: prior} once keep_prior_table() has run
 
 
 def _load_prior() -> str:
@@ -222,7 +229,10 @@ def prior_of(stem: str, table: "str | None" = None) -> float:
     """The prior probability that a memory holds `stem` (0.0 when the table does not list it).
 
     The table is bisected as text: a prompt looks up a handful of stems, and a dict of all
-    21,950 took 9-20 ms to build on a shared 2-core machine, in every hook process."""
+    21,950 took 9-20 ms to build on a shared 2-core machine, in every hook process. A
+    long-lived process (the daemon serving hooks) builds that dict once (keep_prior_table)."""
+    if table is None and _PRIOR_MAP is not None:
+        return _PRIOR_MAP.get(stem, 0.0)
     t = table if table is not None else (_PRIOR if _PRIOR is not None else _load_prior())
     lo, hi = 0, len(t)
     while lo < hi:
@@ -243,6 +253,13 @@ def prior_of(stem: str, table: "str | None" = None) -> float:
         else:
             hi = a
     return 0.0
+
+
+def keep_prior_table() -> None:
+    """Look stems up in a dict from now on (the same values: prior_table), for a process that
+    searches many times."""
+    global _PRIOR_MAP
+    _PRIOR_MAP = prior_table()
 
 
 def prior_table() -> dict:

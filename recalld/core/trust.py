@@ -26,6 +26,15 @@ def log_path() -> str:
     return os.path.join(paths.home(), LOG)
 
 
+def log_sig() -> "tuple | None":
+    """The log file's (inode, mtime, size): what a reader that kept an answer compares."""
+    try:
+        st = os.stat(log_path())
+        return st.st_ino, st.st_mtime_ns, st.st_size
+    except OSError:
+        return None
+
+
 def read() -> dict:
     """{folder: its last record}. A missing log, or a line that does not parse, trusts nothing."""
     out = {}

@@ -182,11 +182,11 @@ def report(cwd=None, command=None, run_hook: bool = True) -> dict:
 
 
 def crystal_trust(cwd: str) -> "dict | None":
-    """The project's crystal folder and whether the hook may deliver it (crystals.trust_summary)."""
+    """The project's crystal folder and whether the hook may deliver it (crystal_trust.trust_summary)."""
     try:
-        from recalld.core import crystals, scope
+        from recalld.core import crystal_trust, scope
 
-        return crystals.trust_summary(scope.resolve_project(cwd))
+        return crystal_trust.trust_summary(scope.resolve_project(cwd))
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
 
