@@ -11,9 +11,9 @@ import sys
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["hook"]:
-        from recalld.hook.run import main as hook_main
+        from recalld.hook.served import launch
 
-        sys.exit(hook_main(argv[1:], exit_process=True))
+        launch(argv[1:])
     if argv[:1] == ["mcp"]:
         # An agent waits for tools/list at startup: answered before click or the SDK load
         # (recalld/mcp_stdio.py); anything it does not parse goes on to the click command.

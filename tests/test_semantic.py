@@ -109,7 +109,7 @@ def _hook(text, **kw):
 @pytest.fixture(autouse=True)
 def _projects(monkeypatch):
     # fake cwds: the scope resolver's project is the directory itself outside git
-    monkeypatch.setattr(scope, "resolve", lambda cwd, payload=None: scope.Scope(cwd, "main"))
+    monkeypatch.setattr(scope, "resolve", lambda cwd, payload=None, env=None: scope.Scope(cwd, "main"))
 
 
 # --- the channel ---------------------------------------------------------------------------

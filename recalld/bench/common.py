@@ -5,6 +5,7 @@ Benchmarks import these instead of writing their own: one percentile definition 
 one report means the same as in another.
 """
 
+import json
 import math
 import os
 import subprocess
@@ -133,3 +134,42 @@ def locomo_path(data=None) -> Path:
 def transcripts_dir() -> Path:
     """The recorded Claude Code transcripts in ../shared."""
     return shared_path("data", "transcripts", "claude-code", what="the shared Claude Code transcripts")
+
+
+class ServingDaemon:
+    """A daemon (`argv`: its `recalld daemon run` command) on RECALLD_HOME `home`, for
+    benchmarks of hooks it serves (recalld/hook/served.py): ready once its hook socket is up
+    and its judge model has loaded or is off (the load is CPU a measurement must not share);
+    stopped on exit."""
+
+    def __init__(self, argv: list, env: dict, home):
+        self.argv, self.env, self.home = argv, env, Path(home)
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.argv, env=self.env,
+                                     cwd=str(self.home), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        sock, status = self.home / "run" / "hook.sock", self.home / "daemon" / "status.json"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited with {self.proc.returncode}")
+            try:
+                st = json.loads(status.read_text())
+            except (OSError, ValueError):
+                st = {}
+            judge = st.get("judge") or {}
+            if sock.exists() and (st.get("hooks") or {}).get("listening") and (
+                    judge.get("loaded") or judge.get("available") is False):
+                time.sleep(2)  # its first scan and the status write settle
+                return self
+            time.sleep(0.2)
+        raise RuntimeError("the daemon did not start serving hooks in 180 s")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

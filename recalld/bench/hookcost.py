@@ -31,7 +31,7 @@ from pathlib import Path
 
 from recalld.bench import crystals as bench_crystals
 from recalld.bench import synth
-from recalld.bench.common import Unavailable, interleaved, load_average, pct, source_root
+from recalld.bench.common import ServingDaemon, Unavailable, interleaved, load_average, pct, source_root
 
 EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop")
 NATIVE = {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit", "pre-tool": "PreToolUse",
@@ -90,7 +90,7 @@ def _store(venv: Path, base: Path, n: int, project: Path) -> tuple:
     code = ("import sys; from pathlib import Path; from recalld.bench.core import build_store; "
             f"print(build_store(Path({str(home)!r}), {n}, {str(project)!r}))")
     secs = float(_py(venv, code, env).strip().splitlines()[-1])
-    _py(venv, f"from recalld.core import crystals, scope; crystals.trust_project(scope.resolve_project({str(project)!r}))", env)
+    _py(venv, f"from recalld.core import crystal_trust, scope; crystal_trust.trust_project(scope.resolve_project({str(project)!r}))", env)
     done.write_text(str(n))
     return home, secs
 
@@ -219,6 +219,27 @@ def _measure(cmds: dict, venv: Path, home: Path, project: Path, rounds: int) -> 
     return out
 
 
+def _served_durations(venv: Path, home: Path, since: int) -> dict:
+    """p50 / p99 of the receipts' duration_ms (the run's time inside the daemon, or inside the
+    hook process when it ran itself) per hook and per how it ran, for receipts after `since`."""
+    code = ("import json, sys; from recalld.core import db; c = db.connect(readonly=True); o = {}\n"
+            "q = 'SELECT hook, duration_ms, json_extract(detail, ?) FROM receipts WHERE id > ? AND source = ?'\n"
+            "for h, d, s in c.execute(q, ('$.served', int(sys.argv[1]), 'hook')):\n"
+            " o.setdefault(h, {}).setdefault(s or 'in-process', []).append(d)\nprint(json.dumps(o))")
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(since)], capture_output=True, text=True,
+                       cwd="/", env=dict(os.environ, RECALLD_HOME=str(home)))
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip()[-600:])
+    got = json.loads(p.stdout)
+    return {h: {how: {"runs": len(ds), "p50_ms": round(pct(ds, 0.5), 2), "p99_ms": round(pct(ds, 0.99), 2)}
+                for how, ds in by.items()} for h, by in got.items()}
+
+
+def _last_receipt(venv: Path, home: Path) -> int:
+    code = "from recalld.core import db; print(db.connect(readonly=True).execute('SELECT coalesce(max(id), 0) FROM receipts').fetchone()[0])"
+    return int(_py(venv, code, dict(os.environ, RECALLD_HOME=str(home))).strip())
+
+
 def _outcomes(venv: Path, home: Path) -> dict:
     code = ("import json; from recalld.core import db, receipts; c = db.connect(readonly=True); "
             "o = {}\nfor r in receipts.read(c, source='hook'):\n o.setdefault(r['hook'], {}).setdefault(r['outcome'], 0)\n"
@@ -227,7 +248,8 @@ def _outcomes(venv: Path, home: Path) -> dict:
 
 
 def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = None,
-        sizes: "str | None" = None, rounds: "int | None" = None, profile_runs: int = 5) -> dict:
+        sizes: "str | None" = None, rounds: "int | None" = None, profile_runs: int = 5,
+        serve: bool = True) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-hookcost-"))
     base = Path(keep) if keep else tmp
     base.mkdir(parents=True, exist_ok=True)
@@ -245,8 +267,15 @@ def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = Non
                   "commands": cmds, "sizes": {}}
         for n in ns:
             home, build_s = _store(vdir, base, n, project)
-            m = _measure(cmds, vdir, home, project, n_rounds)
+            m = _measure(cmds, vdir, home, project, n_rounds)  # no daemon: each hook runs itself
             m["store_build_s"] = round(build_s, 1) if build_s is not None else "reused"
+            if serve:  # the daemon running, as `recalld install` sets it up: it serves the hooks
+                env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RECALLD_"))}
+                env.update(RECALLD_HOME=str(home), HOME=str(home))
+                since = _last_receipt(vdir, home)
+                with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home):
+                    m["served"] = _measure(cmds, vdir, home, project, n_rounds)
+                m["served"]["in_daemon"] = _served_durations(vdir, home, since)
             result["sizes"][str(n)] = m
         # Profiles at the largest store: where the time of each event goes.
         home = base / f"home-{ns[-1]}"
@@ -269,4 +298,6 @@ if __name__ == "__main__":
         ("--keep", {"dest": "keep", "help": "keep the stores here and reuse them"}),
         ("--sizes", {"dest": "sizes", "help": "memories per store, comma-separated (default 1,10000,100000)"}),
         ("--rounds", {"dest": "rounds", "type": int, "help": "interleaved rounds per store"}),
+        ("--no-serve", {"dest": "serve", "action": "store_false",
+                        "help": "only the hook processes on their own (no daemon serving them)"}),
     )))

@@ -1,15 +1,20 @@
 """Hooks under load: N concurrent agent sessions, each running a realistic mix of hook events as
 real processes for a bounded time, against one store of 10k memories.
 
-    python3 -m recalld.bench.load [--clients 30] [--seconds 30] [--memories 10000] [--trace] [--json]
+    python3 -m recalld.bench.load [--clients 30] [--seconds 30] [--memories 10000] [--trace] [--daemon] [--json]
 
 Each client is one Claude Code session: `session-start`, then turns of `prompt-submit`, one to
 four tool calls (`pre-tool` and `post-tool` for Bash, Edit or Read) and `stop`, back to back,
 until the time is up (the run under way finishes). Every run is the installed hook process
-(`recalld hook EVENT`, byte-compiled as installed), timed from spawn to exit. Reported per
+(the launcher `recalld install` writes, `<python> -I -S .../recalld/hook/__main__.py hook
+EVENT`, byte-compiled as installed), timed from spawn to exit. Reported per
 event: runs, whole-process p50/p99, the receipts' own duration p50/p99, timeouts (receipts
 with outcome `timeout`: the hook's deadline, default 300 ms, cut the run), errors, receipts
 that went to the fallback file, and runs without a receipt (must be 0).
+
+With --daemon a `recalld daemon run` is up for the whole run (judge and proposer off: there are
+no transcripts to judge), so the hook processes hand their runs to it (recalld/hook/served.py);
+the report then counts how many it served (`served`) and why the others ran in-process.
 
 With --trace every client runs the same hook through recalld.bench.hooktrace, which times its
 parts (lock waits, commits, checkpoints, connect, each source, autostart, the receipt) and the
@@ -17,6 +22,7 @@ report adds, for the slowest tenth of runs and for the timed-out ones, the media
 of each part and of the process start (whole-process time minus the traced run).
 """
 
+import contextlib
 import json
 import os
 import random
@@ -30,7 +36,7 @@ import time
 from pathlib import Path
 
 from recalld.bench import synth
-from recalld.bench.common import child_env, load_average, pct, restore_home
+from recalld.bench.common import ServingDaemon, child_env, load_average, pct, restore_home
 
 TOOLS = (
     ("Bash", lambda r, comp: {"command": r.choice([f"pytest -x -k {comp}", "git status", f"rg {comp} src/",
@@ -45,13 +51,12 @@ TOOLS = (
 
 
 def hook_command(event: str, trace: bool) -> list:
+    """What `recalld install` writes for this interpreter: the launcher, `-I -S`."""
     if trace:
         return [sys.executable, "-m", "recalld.bench.hooktrace", event]
-    script = Path(sys.executable).parent / "recalld"
-    if script.exists():
-        return [str(script), "hook", event]
-    found = shutil.which("recalld")
-    return [found, "hook", event] if found else [sys.executable, "-m", "recalld", "hook", event]
+    from recalld.install.entries import LAUNCHER
+
+    return [sys.executable, "-I", "-S", LAUNCHER, "hook", event]
 
 
 def session_events(r: random.Random, session: str, cwd: str, prompts: list):
@@ -92,15 +97,15 @@ def _ms(values, q):
 
 
 def run(quick: bool = False, clients: int = 30, seconds: float = 30.0, memories: int = 10_000,
-        trace: bool = False, keep: "str | None" = None) -> dict:
+        trace: bool = False, keep: "str | None" = None, daemon: bool = False) -> dict:
     saved = os.environ.get("RECALLD_HOME")
     try:
-        return _run(quick, clients, seconds, memories, trace, keep)
+        return _run(quick, clients, seconds, memories, trace, keep, daemon)
     finally:
         restore_home(saved)
 
 
-def _run(quick, clients, seconds, memories, trace, keep) -> dict:
+def _run(quick, clients, seconds, memories, trace, keep, daemon=False) -> dict:
     from recalld.bench.core import build_store
     from recalld.install.plan import ensure_bytecode
 
@@ -123,17 +128,22 @@ def _run(quick, clients, seconds, memories, trace, keep) -> dict:
         stop_at = [0.0]
         threads = [threading.Thread(target=_client, args=(i, str(project), env, prompts, trace, start, stop_at, runs),
                                     daemon=True) for i in range(clients)]
-        for t in threads:
-            t.start()
-        load_before = load_average()
-        stop_at[0] = time.monotonic() + seconds
-        start.wait()
-        t0 = time.monotonic()
-        for t in threads:
-            t.join()
-        elapsed = time.monotonic() - t0
+        serving = contextlib.nullcontext()
+        if daemon:  # it serves the hooks (recalld/hook/served.py); no judge: no transcripts here to judge
+            (home / "settings.json").write_text(json.dumps({"models": {"judge": "off"}, "proposals": {"enabled": False}}))
+            serving = ServingDaemon([sys.executable, "-m", "recalld", "daemon", "run"], env, home)
+        with serving:
+            for t in threads:
+                t.start()
+            load_before = load_average()
+            stop_at[0] = time.monotonic() + seconds
+            start.wait()
+            t0 = time.monotonic()
+            for t in threads:
+                t.join()
+            elapsed = time.monotonic() - t0
         result = {"clients": clients, "seconds": seconds, "elapsed_s": round(elapsed, 1), "memories": memories,
-                  "trace": trace, "store_build_s": round(build_s, 1), "bytecode": bytecode,
+                  "trace": trace, "daemon": daemon, "store_build_s": round(build_s, 1), "bytecode": bytecode,
                   "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                   "load_average_before": load_before, "load_average_after": load_average()}
         result.update(summarize(runs, home))
@@ -154,12 +164,14 @@ def _receipts(home: Path) -> list:
         # The store is the probe's own: every hook receipt in it is one of its runs (a run cut
         # by the deadline before it read its payload has no session).
         rows = [dict(r) for r in conn.execute(
-            "SELECT hook, session, outcome, error, duration_ms FROM receipts WHERE source = 'hook'")]
+            "SELECT hook, session, outcome, error, duration_ms, json_extract(detail, '$.served') AS served "
+            "FROM receipts WHERE source = 'hook'")]
     finally:
         conn.close()
     for line in _lines(home / "receipts-fallback.jsonl"):
         if line.get("source") == "hook":
             rows.append({**{k: line.get(k) for k in ("hook", "session", "outcome", "error", "duration_ms")},
+                         "served": (line.get("detail") or {}).get("served"),
                          "fallback": (line.get("detail") or {}).get("fallback_reason") or "?"})
     return rows
 
@@ -191,13 +203,16 @@ def summarize(runs: list, home: Path) -> dict:
         for x in rr:
             outcomes[x["outcome"]] = outcomes.get(x["outcome"], 0) + 1
         timeouts = outcomes.get("timeout", 0)
+        served: dict = {}
+        for x in rr:
+            served[x.get("served") or "in-process"] = served.get(x.get("served") or "in-process", 0) + 1
         per[ev] = {
             "runs": len(mine), "wall_p50_ms": _ms(walls, 0.5), "wall_p99_ms": _ms(walls, 0.99),
             "receipt_p50_ms": _ms(durs, 0.5), "receipt_p99_ms": _ms(durs, 0.99),
             "timeouts": timeouts, "timeout_share": round(timeouts / len(mine), 3) if mine else None,
             "errors": outcomes.get("error", 0), "fallback_receipts": sum(1 for x in rr if x.get("fallback")),
             "missing_receipts": len(mine) - len(rr), "nonzero_exit": sum(1 for r in mine if r["rc"] != 0),
-            "outcomes": outcomes,
+            "outcomes": outcomes, "served": served,
         }
     errors: dict = {}
     fallback: dict = {}
@@ -283,4 +298,6 @@ if __name__ == "__main__":
         ("--memories", {"type": int, "default": 10_000, "dest": "memories", "help": "store size (10000)"}),
         ("--trace", {"action": "store_true", "dest": "trace", "help": "time each run's parts (hooktrace)"}),
         ("--keep", {"default": None, "dest": "keep", "help": "build and keep the store and trace here"}),
+        ("--daemon", {"action": "store_true", "dest": "daemon",
+                      "help": "with `recalld daemon run` up, serving the hooks (default: no daemon)"}),
     )))

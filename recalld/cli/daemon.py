@@ -140,6 +140,13 @@ def _format(st: dict) -> str:
         lines.append(f"judge: unavailable: {j.get('reason')}")
     else:
         lines.append(f"judge: {j.get('model')} ({j.get('source')}), {'loaded' if j.get('loaded') else 'not loaded'}")
+    h = st.get("hooks") or {}
+    if st["running"]:
+        if h.get("listening"):
+            lines.append(f"hooks: served ({h.get('served', 0)} runs; {h.get('dropped', 0)} left to run themselves, "
+                         f"{h.get('refused', 0)} refused)")
+        else:
+            lines.append(f"hooks: each runs itself ({h.get('reason') or 'daemon.serve_hooks is 0'})")
     lines.append(f"transcripts: {st.get('files', 0)} files, {st.get('lines', 0)} lines, "
                  f"{st.get('events', 0)} events, {st.get('malformed', 0)} malformed; {st.get('sessions', 0)} sessions")
     for o in (st.get("offsets") or [])[:5]:

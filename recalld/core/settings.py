@@ -53,7 +53,7 @@ DEFAULTS: dict = {
     "daemon": {"roots": [], "recent_days": 2, "autostart": False, "rescan_s": 30, "poll_s": 2,
                "live_s": 300, "debounce_s": 0.5, "max_wait_s": 6.0, "min_pass_interval_s": 15,
                "max_passes_per_minute": 6, "need_window": 12, "need_max_chars": 600,
-               "preload_model": True, "load_allowance_s": 60},
+               "preload_model": True, "load_allowance_s": 60, "serve_hooks": 8},
 }
 
 
@@ -82,6 +82,7 @@ RULES: dict = {
     "daemon.max_wait_s": ("number", 0, 600), "daemon.min_pass_interval_s": ("number", 0, 3600),
     "daemon.max_passes_per_minute": ("int", 0, 600), "daemon.need_window": ("int", 1, 1000),
     "daemon.need_max_chars": ("int", 1, 100_000), "daemon.load_allowance_s": ("number", 0, 3600),
+    "daemon.serve_hooks": ("int", 0, 16),
 }
 _TYPE_WORDS = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
                "str?": "a string or null", "str-list": "a list of strings"}
@@ -161,10 +162,11 @@ def _copied(v):
     return v
 
 
-def load(fallbacks: "list | None" = None) -> dict:
+def load(fallbacks: "list | None" = None, env: "dict | None" = None) -> dict:
     """The defaults overlaid by settings.json. A value that fails its rule keeps the default;
     its dotted key is appended to `fallbacks` ("settings.json" when the file is unreadable or
-    not a JSON object, "RECALLD_DEADLINE_MS" for a bad environment value). Never raises."""
+    not a JSON object, "RECALLD_DEADLINE_MS" for a bad environment value). `env`: the
+    environment to read instead of this process's (a hook run the daemon serves). Never raises."""
     merged = _copied(DEFAULTS)
     bad: list = []
     try:
@@ -178,7 +180,7 @@ def load(fallbacks: "list | None" = None) -> dict:
         _merge(merged, user, "", bad)
     else:
         bad.append("settings.json")
-    env_deadline = os.environ.get("RECALLD_DEADLINE_MS")
+    env_deadline = (os.environ if env is None else env).get("RECALLD_DEADLINE_MS")
     if env_deadline:
         try:
             ok, value = _checked("deadline_ms", int(env_deadline), DEFAULTS["deadline_ms"])

@@ -29,6 +29,7 @@ import time
 from recalld.core import receipts
 from recalld.core.scope import Scope
 from recalld.core.search import search
+from recalld.daemon import sockets
 from recalld.hook import semantic
 from recalld.model import vectors
 
@@ -115,45 +116,15 @@ class QueryServer:
     # --- the socket ----------------------------------------------------------------------------
 
     def bind(self) -> socket.socket:
-        """The listening socket, reachable by this user only (see the module's docstring)."""
-        d, path = semantic.socket_dir(), semantic.socket_path()
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.lstat(d)
-        if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid():
-            raise OSError(f"{d} is not a directory of this user's")
-        os.chmod(d, 0o700)
-        tmp = os.path.join(d, f".query.{os.getpid()}.sock")
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.bind(tmp)
-            os.chmod(tmp, 0o600)
-            s.listen(16)
-            os.replace(tmp, path)  # over a socket file left by a daemon that died (we hold the lock)
-        except BaseException:
-            s.close()
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        self._inode = os.stat(path).st_ino
-        self.state.update(listening=True, socket=path)
+        """The listening socket, reachable by this user only (recalld/daemon/sockets.py)."""
+        s, self._inode = sockets.bind(semantic.socket_path())
+        self.state.update(listening=True, socket=semantic.socket_path())
         return s
 
     def unbind(self, s) -> None:
-        path = semantic.socket_path()
         try:
-            s.close()
+            sockets.unbind(s, semantic.socket_path(), getattr(self, "_inode", None))
         finally:
-            try:  # only our own file: a newer daemon's socket is left alone
-                if os.stat(path).st_ino == getattr(self, "_inode", None):
-                    os.unlink(path)
-            except OSError:
-                pass
             self.state["listening"] = False
 
     # --- the thread ----------------------------------------------------------------------------

@@ -12,10 +12,12 @@ Threads (all joined on shutdown; none outlives `Daemon.run`):
   judge worker, with a time limit) -> queue rows -> one receipt (recalld.daemon.passes).
 - judge worker: where judge_need runs, so a slow model never blocks the passer past its limit.
 - turn worker: calls the turn-end hooks (the proposer plugs in there).
+- hook threads (`recalld-hook-N`, settings daemon.serve_hooks): run hook processes' hooks for
+  them (recalld/daemon/hookserver.py); a hook process that finds none runs its hook itself.
 
 A pass for a session that is waiting (not yet started) is replaced by a newer one for the same
-session. Hooks never wait on the daemon: they read the queue from the store, so a dead daemon
-means an empty queue, nothing worse.
+session. Hooks never depend on the daemon: they read the queue from the store and run
+themselves when it does not serve them, so a dead daemon means an empty queue, nothing worse.
 
 Turn-end hooks (the proposer) are passed in by whoever assembles the daemon: `recalld daemon
 run` (recalld/cli/daemon.py) is that one place, with `Daemon(turn_end_hooks=(...))`. Hooks run
@@ -128,6 +130,13 @@ class Daemon:
 
             self.query = QueryServer(self.embedder, self.cfg)
             workers.append(("recalld-query", lambda: self.query.serve(
+                self.stop_event, self._open_store, self._follow, self.log)))
+        serve_hooks = int((self.cfg.get("daemon") or {}).get("serve_hooks", 0))
+        if serve_hooks > 0:  # hook processes hand their runs to these threads (recalld/hook/served.py)
+            from recalld.daemon.hookserver import HookServer
+
+            self.hooks = HookServer(serve_hooks)
+            workers.append(("recalld-hook-1", lambda: self.hooks.serve(
                 self.stop_event, self._open_store, self._follow, self.log)))
         for name, target in workers:
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -510,6 +519,7 @@ class Daemon:
             "judge": dict(self.judge_status),
             "embedder": self.embedder.snapshot() if self.embedder is not None else {"enabled": False},
             "query": self.query.snapshot() if getattr(self, "query", None) is not None else {"enabled": False},
+            "hooks": self.hooks.snapshot() if getattr(self, "hooks", None) is not None else {"listening": False},
             "store_reopened": self.store["reopened"],
             "store": dict(self.store),
             "last_error": self.last_error,

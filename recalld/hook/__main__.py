@@ -6,7 +6,8 @@
 interpreter start) and `-I` ignores PYTHON* variables and the user's site directory, so the
 hook starts as a bare interpreter does, whatever the agent's environment sets; the package's
 parent directory is put on sys.path here instead. `recalld hook EVENT` (the console script)
-and `python -m recalld.hook EVENT` run the same code.
+and `python -m recalld.hook EVENT` run the same code: the warm daemon runs the hook when it
+listens (recalld/hook/served.py), else this process does.
 """
 
 import gc
@@ -50,15 +51,15 @@ def _import_sqlite() -> None:
         sys.modules.pop("_sqlite3", None)
 
 
-_import_sqlite()
-
 if not __package__:  # run as a file: nothing but the standard library is on sys.path yet
     _here = __file__.replace("\\", "/").rsplit("/", 3)
     if sys.path and sys.path[0].replace("\\", "/").endswith("/recalld/hook"):
         del sys.path[0]  # the script's own directory (no -I): never import hook modules bare
     sys.path.insert(0, _here[0] if len(_here) == 4 else ".")
 
-from recalld.hook.run import main  # noqa: E402 (after the path is set)
+from recalld.hook.served import launch  # noqa: E402 (after the path is set)
 
 argv = sys.argv[1:]
-main(argv[1:] if argv[:1] == ["hook"] else argv, exit_process=True)
+# The warm daemon first (it needs neither _sqlite3 nor the hook's modules here), else this
+# process runs the hook itself.
+launch(argv[1:] if argv[:1] == ["hook"] else argv, before_run=_import_sqlite)

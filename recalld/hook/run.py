@@ -243,17 +243,28 @@ def _on_alarm(signum, frame):
     raise Deadline()
 
 
-def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
-    """One hook run. Returns (stdout text, receipt). Never raises.
+class Run:
+    """One hook run between its three parts: begin (arguments, settings, the receipt), work
+    (input to output) and finish (the receipt written). In a hook process run() does all three;
+    the warm daemon (recalld/daemon/hookserver.py) does them with its own store connection and
+    writes the receipt only once the hook process says the output reached the agent."""
 
-    `stdin` is the input bytes, or a callable that reads them: the hook process passes the
-    reader so that a stdin that never reaches EOF (a git hook under an agent's shell) is cut
-    by the same deadline as everything else."""
+    __slots__ = ("t0", "event", "agent", "cfg", "r", "deadline_ms", "end", "env", "opened")
+
+    def __init__(self, t0, event, agent, cfg, r, deadline_ms, env):
+        self.t0, self.event, self.agent, self.cfg, self.r = t0, event, agent, cfg, r
+        self.deadline_ms, self.end, self.env = deadline_ms, t0 + deadline_ms / 1000, env
+        self.opened: list = []  # _work appends the store connection once it has one
+
+
+def begin(argv: list, env: "dict | None" = None) -> Run:
+    """Parse the arguments, read the settings, start the receipt and the deadline's clock.
+    `env`: the hook process's environment when this runs elsewhere (None: this process's)."""
     t0 = time.perf_counter()
     event, agent, deadline_arg = _parse_args(argv)
     r = receipts.new("hook", event)
     fell_back: list = []
-    cfg = settings.load(fell_back)
+    cfg = settings.load(fell_back, env)
     if fell_back:  # a bad value kept its default: say which, or the run looks like the rest
         r["detail"]["settings_fallback"] = fell_back
     deadline_ms = int(cfg["deadline_ms"])
@@ -267,22 +278,28 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
             deadline_ms = arg
         else:
             r["detail"].setdefault("settings_fallback", []).append("--deadline-ms")
-    end = t0 + deadline_ms / 1000
-    opened: list = []  # _work appends the store connection once it has one
-    out = ""
-    after: list = []
+    return Run(t0, event, agent, cfg, r, deadline_ms, env)
+
+
+def work(st: Run, stdin, *, alarm: bool = True, cwd: "str | None" = None, conn=None) -> tuple[str, list]:
+    """Input to (output, the writes that go with the receipt). Never raises: a failure is the
+    receipt's outcome and an empty output. `alarm`: cut the run at its deadline with SIGALRM
+    (only a main thread can; elsewhere SQLite's progress handler alone bounds it). `cwd`: the
+    hook process's directory, `conn`: a store connection to use instead of opening one."""
+    r = st.r
+    out, after = "", []
     old_handler = None
     try:
-        use_alarm = hasattr(_signal, "setitimer")
+        use_alarm = alarm and hasattr(_signal, "setitimer")
         if use_alarm:
             try:
                 old_handler = _signal.signal(_signal.SIGALRM, _on_alarm)
-                _signal.setitimer(_signal.ITIMER_REAL, deadline_ms / 1000)
+                _signal.setitimer(_signal.ITIMER_REAL, st.deadline_ms / 1000)
             except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
                 use_alarm = False
         try:
             data = stdin() if callable(stdin) else stdin
-            out, after = _work(event, agent, data, cfg, r, end, opened)
+            out, after = _work(st.event, st.agent, data, st.cfg, r, st.end, st.opened, st.env, cwd, conn)
         finally:
             if use_alarm:
                 _signal.setitimer(_signal.ITIMER_REAL, 0)
@@ -291,7 +308,7 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
         r["outcome"], r["error"], out, after = "timeout", "deadline", "", []
         _reset_delivery(r)
     except sqlite3.OperationalError as e:
-        timed_out = time.perf_counter() >= end or "interrupt" in str(e)
+        timed_out = time.perf_counter() >= st.end or "interrupt" in str(e)
         r["outcome"] = "timeout" if timed_out else "error"
         r["error"] = "deadline" if timed_out else _code(e)
         out, after = "", []
@@ -299,8 +316,15 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     except Exception as e:  # fail open: nothing added, the failure written down
         r["outcome"], r["error"], out, after = "error", _code(e), "", []
         _reset_delivery(r)
-    r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    conn = opened[0] if opened else None
+    return out, after
+
+
+def finish(st: Run, after: list, *, close: bool = True, keep: bool = False) -> None:
+    """Write the receipt (with `after`'s rows, in one transaction). Never raises. `keep`: the
+    connection is the caller's (the daemon's), left open whatever the WAL's size."""
+    r = st.r
+    r["duration_ms"] = round((time.perf_counter() - st.t0) * 1000, 3)
+    conn = st.opened[0] if st.opened else None
     if conn is None and r["outcome"] != "timeout":
         # Runs that stopped before opening the store (bad input, unknown event) still
         # belong in it, so `recalld receipts` shows them beside the rest.
@@ -317,12 +341,23 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     # If the store cannot take the receipt, it goes to the fallback file and the delivery
     # rows are lost with the transaction; what was delivered is still listed in the receipt.
     receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
-    if conn is not None and (close or _wal_bytes() > WAL_CLOSE_BYTES):
+    if conn is not None and not keep and (close or _wal_bytes() > WAL_CLOSE_BYTES):
         try:
             conn.close()
         except sqlite3.Error:
             pass
-    return out, r
+
+
+def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
+    """One hook run in this process. Returns (stdout text, receipt). Never raises.
+
+    `stdin` is the input bytes, or a callable that reads them: the hook process passes the
+    reader so that a stdin that never reaches EOF (a git hook under an agent's shell) is cut
+    by the same deadline as everything else."""
+    st = begin(argv)
+    out, after = work(st, stdin)
+    finish(st, after, close=close)
+    return out, st.r
 
 
 def _wal_bytes() -> int:
@@ -343,7 +378,8 @@ def _code(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
-def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: list) -> tuple[str, list]:
+def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: list, env=None,
+          cwd=None, conn=None) -> tuple[str, list]:
     if event not in payloads.EVENTS:
         r["outcome"], r["error"] = "skipped", "unknown_event"
         return "", []
@@ -371,7 +407,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
         return "", []
     r["act"] = hi.act
     r["session"] = hi.session
-    r["agent"] = scope.resolve_agent(payload)
+    r["agent"] = scope.resolve_agent(payload, env)
     r["detail"]["agent_kind"] = hi.agent_kind
     if hi.act == "boot":
         try:  # daemon.autostart: spawn it detached if not running; never waits, never raises
@@ -384,11 +420,14 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
         import hashlib
 
         r["detail"]["text_sha256"] = hashlib.sha256(hi.text.encode("utf-8", "replace")).hexdigest()
-    cwd = hi.cwd or os.getcwd()
-    sc = scope.resolve(cwd, payload)
+    sc = scope.resolve(hi.cwd or cwd or os.getcwd(), payload, env)
     r["project"] = sc.project
 
-    conn = db.connect(busy_ms=max(1, int((end - time.perf_counter()) * 1000) - 20))
+    busy_ms = max(1, int((end - time.perf_counter()) * 1000) - 20)
+    if conn is None:
+        conn = db.connect(busy_ms=busy_ms)
+    else:
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
     opened.append(conn)
     # Receipts need not survive a power cut the way memories must; NORMAL skips one fsync.
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -494,13 +533,27 @@ def _git_head(cwd) -> str:
         return ""
 
 
-def main(argv: "list | None" = None, *, exit_process: bool = False) -> int:
+def _late() -> bytes:
+    raise Deadline()
+
+
+def main(argv: "list | None" = None, *, exit_process: bool = False, stdin=None,
+         served: "str | None" = None) -> int:
+    """A hook process's run (recalld.hook.served.launch calls it when the daemon did not serve
+    it: `stdin` is then the input it read, None if reading it ran past the deadline, and
+    `served` why the daemon did not run it)."""
     argv = sys.argv[1:] if argv is None else argv
+    if stdin is None:
+        stdin = _late if served == "timeout: input" else _read_stdin
     try:
+        st = begin(argv)
+        if served:
+            st.r["detail"]["served"] = served
+        out, after = work(st, stdin)
         # close=False: closing the last connection checkpoints the WAL (an fsync) on every
         # prompt; the receipt is already committed, so the process exits without it (unless
         # the WAL has grown past WAL_CLOSE_BYTES).
-        out, _ = run(argv, _read_stdin, close=False)
+        finish(st, after, close=False)
         if out:
             sys.stdout.write(out)
             sys.stdout.flush()

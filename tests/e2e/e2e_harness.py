@@ -8,6 +8,7 @@ tests/e2e/install_clients.sh fills (pins in tests/e2e/clients.txt); a client tha
 makes its tests skip with the reason.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -291,11 +292,57 @@ class Result:
         return [self.stand_in.tool_outputs(r.body) for r in self.main]
 
 
+class ServingDaemon:
+    """`recalld daemon run` for the scratch user (no judge, no proposer: only its hook threads
+    matter here), up once it listens for hooks; stopped on exit, its process group killed."""
+
+    def __init__(self, sc: Scratch):
+        self.sc = sc
+
+    def __enter__(self):
+        path = os.path.join(self.sc.recalld_home, "settings.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError):
+            values = {}
+        values.update(models={"judge": "off"}, proposals={"enabled": False})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2)
+        self.log = open(os.path.join(self.sc.root, "daemon.out"), "w", encoding="utf-8")
+        self.p = subprocess.Popen([recalld_executable(), "daemon", "run"], cwd=self.sc.project, env=self.sc.env,
+                                  stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and self.p.poll() is None:
+            st = json.loads(self.sc.recalld("daemon", "status", "--json", check=False).stdout or "{}")
+            if (st.get("hooks") or {}).get("listening"):
+                return self
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"the daemon did not listen for hooks in 60 s ({self.sc.root}/daemon.out)")
+
+    def __exit__(self, *exc):
+        try:
+            self.p.send_signal(signal.SIGTERM)
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.p.wait(timeout=10)
+            self.log.close()
+
+
 def scenario(client, root: str, prompt: str, script, *, setup=None, bypass_trust=True, memories=(),
-             env=None) -> Result:
+             env=None, daemon=False) -> Result:
     """A scratch user and project, memories and crystals, `recalld install`, one client run.
     `script(client)` gives the stand-in's steps; `setup(sc)` adds crystals and the like; `env`
-    is added to the user's environment (recalld's commands and the client's run alike)."""
+    is added to the user's environment (recalld's commands and the client's run alike);
+    `daemon`: the run happens with `recalld daemon run` up, which then serves the hooks."""
     sc = Scratch(root)
     sc.env.update(env or {})
     client.prepare(sc)
@@ -309,7 +356,7 @@ def scenario(client, root: str, prompt: str, script, *, setup=None, bypass_trust
     sc.count_hook_runs(client.settings_path(sc), client.ms_timeouts)
     s = client.stand_in(script(client))
     try:
-        with s:
+        with ServingDaemon(sc) if daemon else contextlib.nullcontext(), s:
             run = client.run(sc, s, prompt, bypass_trust=bypass_trust)
     finally:
         sc.save("standin.log", s.log_text())

@@ -96,20 +96,29 @@ def _tools_script(client):
     return client.mcp_search("sqlite-utils upsert") + [client.shell(RESET), *[after_reset] * 4]
 
 
+def _tools_setup(sc):
+    sc.crystal("reset-hard", "bash", RESET, CRYSTAL, CRYSTAL_MARK)
+    sc.crystal("after-reset", "tool-result", RESET_OUTPUT, POST_CRYSTAL, POST_MARK)
+    sc.crystal("lock-held", "tool-result", FAIL_OUTPUT, FAIL_CRYSTAL, FAIL_MARK)
+    with open(f"{sc.project}/README.md", "a", encoding="utf-8") as f:
+        f.write("uncommitted work\n")
+
+
 @pytest.fixture(scope="module")
 def tools(client, tmp_path_factory):
     """An unrelated prompt; the model searches recalld over MCP, then runs a command a crystal
     is bound to, with uncommitted work in the tree."""
-    def setup(sc):
-        sc.crystal("reset-hard", "bash", RESET, CRYSTAL, CRYSTAL_MARK)
-        sc.crystal("after-reset", "tool-result", RESET_OUTPUT, POST_CRYSTAL, POST_MARK)
-        sc.crystal("lock-held", "tool-result", FAIL_OUTPUT, FAIL_CRYSTAL, FAIL_MARK)
-        with open(f"{sc.project}/README.md", "a", encoding="utf-8") as f:
-            f.write("uncommitted work\n")
-
     memories = MEMORIES + ((M_AGENT, "--kind", "fact", "--scope", "agent"),)
     return scenario(client, str(tmp_path_factory.mktemp(f"{client.name}-tools")), P_UNRELATED, _tools_script,
-                    setup=setup, memories=memories, env={"RECALLD_AGENT": AGENT})
+                    setup=_tools_setup, memories=memories, env={"RECALLD_AGENT": AGENT})
+
+
+@pytest.fixture(scope="module")
+def served(client, tmp_path_factory):
+    """The tools scenario after a related prompt, with the daemon up: every hook process hands
+    its run to the daemon (recalld/hook/served.py), which must change nothing the model reads."""
+    return scenario(client, str(tmp_path_factory.mktemp(f"{client.name}-served")), P_RELATED, _tools_script,
+                    setup=_tools_setup, memories=MEMORIES, env={"RECALLD_AGENT": AGENT}, daemon=True)
 
 
 @pytest.fixture(scope="module")
@@ -340,6 +349,26 @@ def _deliveries_reached_the_model(res):
 @agents()
 def test_one_receipt_per_hook_run_and_none_is_an_error(related):
     _one_receipt_per_hook_run(related)
+
+
+@agents()
+def test_with_the_daemon_up_it_serves_every_hook_and_the_model_reads_the_same(served):
+    """What the in-process tests above check, through the served path: the pre-step memory in
+    the first request, the always-loaded set once, the crystal before its command (held once,
+    the retry runs), the tool-result and error crystals, one receipt per hook run, each written
+    by the daemon after the hook process confirmed its output, and no delivery the model missed."""
+    served.require_run()
+    assert M_RELATED in served.first.raw and served.first.raw.count(M_ALWAYS) == 1, served.where()
+    told = [i for i, r in enumerate(served.main) if CRYSTAL_MARK in r.raw]
+    assert told and not any(RESET_OUTPUT in o for o in served.tool_outputs()[told[0]]), served.where()
+    assert any(RESET_OUTPUT in o for per in served.tool_outputs() for o in per), served.where()
+    assert any(POST_MARK in r.raw for r in served.main) and any(FAIL_MARK in r.raw for r in served.main), \
+        served.where()
+    how = {(r["hook"], (r.get("detail") or {}).get("served")) for r in served.receipts}
+    assert {s for _, s in how} == {"daemon"}, how
+    assert all(r["agent"] == AGENT for r in served.receipts), {r["agent"] for r in served.receipts}
+    _one_receipt_per_hook_run(served)
+    _deliveries_reached_the_model(served)
 
 
 @agents()

@@ -154,3 +154,8 @@ def test_judged_memory_reaches_a_later_request_of_the_live_session(judged):
     assert len(hooks) == 1, [(r["hook"], r["delivered_ids"]) for r in recs if r.get("source") == "hook"]
     assert hooks[0]["hook"] in ("pre-tool", "post-tool", "prompt-submit") and hooks[0]["session"] == session
     assert [(d[0], d[2]) for d in delivered if d[0] == qid] == [(qid, hooks[0]["uid"])], delivered
+    # With the daemon up, the client's hook processes handed their runs to it (recalld/hook/served.py):
+    # the delivery above went out through the served path, confirmed before its receipt was written.
+    runs = [r for r in recs if r.get("source") == "hook" and r.get("session") == session]
+    assert runs and all((r.get("detail") or {}).get("served") == "daemon" for r in runs), \
+        [(r["hook"], (r.get("detail") or {}).get("served")) for r in runs]

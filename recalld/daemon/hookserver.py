@@ -1,0 +1,222 @@
+"""The daemon's side of the served hook: run a hook process's hook on a warm connection.
+
+recalld/hook/served.py has the protocol and why it exists. A few threads (`recalld-hook-N`)
+accept on RECALLD_HOME/run/hook.sock (recalld/daemon/sockets.py: this user only), each with
+its own store connection, and run the hook with recalld.hook.run's own begin / work / finish,
+the same code a hook process runs, with the hook process's arguments, input, directory and
+RECALLD_* environment (scope.resolve and settings.load read that environment, not the
+daemon's). What differs is only what is warm: the imports, the connection and its schema,
+the stemmer's temporary table, the crystal index and the word table.
+
+The receipt is written after the hook process says the output reached its stdout (K), in the
+same transaction as the rows the run records (served items, queue deliveries, holds); F (the
+write failed) writes it as an error with nothing delivered; a hook process that goes away
+before either falls back to running the hook itself, so the daemon writes nothing for it and
+the receipt is the one that process writes. A request from another version of recalld, or for
+another RECALLD_HOME, is refused (R): the hook process runs it itself.
+
+The threads stop with the daemon; the socket file goes with them (only our own: a newer
+daemon's is left alone).
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+from recalld import __version__
+from recalld.core import paths
+from recalld.daemon import sockets
+from recalld.hook import run as hook_run
+from recalld.hook import served
+
+ACCEPT_S = 0.5  # how often an idle thread looks at the stop event
+READ_S = 1.0  # a client that connects and sends too little is dropped after this
+ACK_S = 2.0  # for the hook process's K or F
+# Threads answering hook processes (settings daemon.serve_hooks, default 8). One run takes a few
+# ms; what the threads buy is that a hook process is taken at once (it runs itself when the
+# daemon has not taken it within served.CONNECT_S): with 30 sessions' hooks on 2 cores, 3 threads
+# left 221 of 1,379 runs to run themselves and 8 left 28 (recalld bench load --daemon).
+THREADS = 8
+MAX_HEADER = 64 * 1024
+
+
+class Refused(Exception):
+    pass
+
+
+def _same_home(theirs) -> bool:
+    try:
+        return isinstance(theirs, str) and os.path.realpath(theirs) == os.path.realpath(paths.home())
+    except (OSError, ValueError):
+        return False
+
+
+def _warm() -> None:
+    """What a hook run imports or reads on first use, before the first hook waits for it."""
+    from recalld.core import search
+    from recalld.hook import crystal_source, proposal_source  # noqa: F401
+
+    search.keep_prior_table()
+    # A hook waiting on this process should not wait out another thread's 5 ms slice of the GIL
+    # (the tailer parsing a transcript, the proposer): hand it over every millisecond.
+    sys.setswitchinterval(0.001)
+
+
+class HookServer:
+    def __init__(self, threads: int = THREADS):
+        # one connection each; SQLite lets go of the GIL inside its queries
+        self.threads = max(1, int(threads))
+        self.state = {"listening": False, "socket": None, "reason": None, "served": 0, "dropped": 0,
+                      "refused": 0, "errors": 0, "last_ms": None, "error": None}
+        self._lock = threading.Lock()
+        self._sock = None
+        self._inode = None
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return dict(self.state)
+
+    def _count(self, key: str, **extra) -> None:
+        with self._lock:
+            self.state[key] += 1
+            self.state.update(extra)
+
+    def serve(self, stop, open_store, follow, log=None) -> None:
+        """Bind, then answer on `threads` threads until `stop` is set (this call is one of them)."""
+        path = served.socket_path()
+        _warm()
+        try:
+            self._sock, self._inode = sockets.bind(path, backlog=64)
+        except OSError as e:
+            self.state.update(reason=f"cannot listen: {type(e).__name__}: {e}"[:300])
+            if log is not None:
+                log.error("hook_socket_failed", reason=self.state["reason"])
+            return
+        self._sock.settimeout(ACCEPT_S)
+        self.state.update(listening=True, socket=path)
+        if log is not None:
+            log.info("hook_listening", socket=path, threads=self.threads)
+        others = [threading.Thread(target=self._worker, args=(stop, open_store, follow), daemon=True,
+                                   name=f"recalld-hook-{i + 2}") for i in range(self.threads - 1)]
+        for t in others:
+            t.start()
+        try:
+            self._worker(stop, open_store, follow)
+        finally:
+            for t in others:
+                t.join(ACCEPT_S * 4)
+            sockets.unbind(self._sock, path, self._inode)
+            self.state["listening"] = False
+
+    def _worker(self, stop, open_store, follow) -> None:
+        conn, ident = open_store()
+        try:
+            while not stop.is_set():
+                try:
+                    c, _ = self._sock.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    if stop.is_set():
+                        return
+                    raise
+                try:
+                    try:
+                        conn, ident = follow(conn, ident, "hook")
+                    except Exception as e:  # StoreLost: follow has stopped the daemon and said why
+                        self.state.update(reason=f"store lost: {e}"[:300])
+                        return
+                    self.handle(c, conn)
+                finally:
+                    c.close()
+        finally:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    # --- one run -----------------------------------------------------------------------------
+
+    def _request(self, c) -> tuple:
+        """(header, input bytes) from the hook process, or Refused."""
+        c.settimeout(READ_S)
+        buf = bytearray()
+        while b"\n" not in buf:
+            chunk = c.recv(65536)
+            if not chunk:
+                raise EOFError("closed before its request")
+            buf += chunk
+            if len(buf) > MAX_HEADER and b"\n" not in buf[:MAX_HEADER]:
+                raise Refused("header too long")
+        i = buf.index(b"\n")
+        head = json.loads(bytes(buf[:i]))
+        del buf[:i + 1]
+        if not isinstance(head, dict) or head.get("v") != served.PROTOCOL:
+            raise Refused("protocol")
+        if head.get("version") != __version__:
+            raise Refused(f"daemon runs recalld {__version__}")  # an upgrade the daemon has not restarted for
+        if not _same_home(head.get("home")):
+            raise Refused("another RECALLD_HOME")
+        argv, env, cwd, n = head.get("argv"), head.get("env"), head.get("cwd"), head.get("n")
+        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(env, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+                and isinstance(cwd, str) and isinstance(n, int) and 0 <= n <= served.MAX_INPUT + 1):
+            raise Refused("bad request")
+        while len(buf) < n:
+            chunk = c.recv(max(65536, n - len(buf)))
+            if not chunk:
+                raise EOFError("closed inside its input")
+            buf += chunk
+        return head, bytes(buf[:n])
+
+    def handle(self, c, conn) -> None:
+        t0 = time.perf_counter()
+        try:
+            head, data = self._request(c)
+        except Refused as e:
+            self._count("refused")
+            try:
+                c.sendall(b"R " + str(e).encode("utf-8", "replace")[:200] + b"\n")
+            except OSError:
+                pass
+            return
+        except (OSError, EOFError, ValueError) as e:  # gone, slow, or not JSON: it runs itself
+            self._count("dropped", error=f"{type(e).__name__}: {e}"[:300])
+            return
+        try:
+            st = hook_run.begin(head["argv"], head["env"])
+            c.sendall(b"A %d\n" % st.deadline_ms)
+            out, after = hook_run.work(st, data, alarm=False, cwd=head["cwd"], conn=conn)
+            body = out.encode("utf-8", "replace")
+            c.sendall(b"O %d\n" % len(body) + body)
+            c.settimeout(ACK_S)
+            ack = b""
+            while not ack.endswith(b"\n") and len(ack) < 8:
+                chunk = c.recv(8)
+                if not chunk:
+                    break
+                ack += chunk
+        except (OSError, ValueError) as e:  # it gave up waiting and runs the hook itself
+            self._count("dropped", error=f"{type(e).__name__}: {e}"[:300])
+            return
+        except Exception as e:  # a bug here: the hook process falls back; never a receipt from both
+            self._count("errors", error=f"{type(e).__name__}: {e}"[:300])
+            return
+        if ack not in (b"K\n", b"F\n"):
+            self._count("dropped", error="no confirmation")
+            return
+        if ack == b"F\n":  # the agent never read it: the receipt must not claim a delivery
+            st.r["outcome"], st.r["error"], after = "error", "stdout", []
+            hook_run._reset_delivery(st.r)
+        st.r["detail"]["served"] = "daemon"
+        if not st.opened:  # it stopped before opening the store (bad input): the receipt still goes in
+            st.opened.append(conn)
+        hook_run.finish(st, after, keep=True)
+        try:
+            c.sendall(b"D\n")
+        except OSError:
+            pass
+        self._count("served", last_ms=round((time.perf_counter() - t0) * 1000, 2))

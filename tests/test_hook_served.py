@@ -1,0 +1,229 @@
+"""The warm daemon runs hook processes' hooks (recalld/hook/served.py, recalld/daemon/hookserver.py):
+what the agent reads and what the receipt says are the same as when the process runs the hook
+itself; the scope is the hook process's (its directory and RECALLD_* environment), a held act's
+retry finds its hold, and every way the exchange can break leaves exactly one receipt: the
+daemon's when the hook process confirmed the output, else the in-process run's, saying why."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from recalld import store
+from recalld.core import db, receipts, scope, settings
+from recalld.daemon import hookserver
+from recalld.hook import served
+from recalld.install import entries
+from test_crystals import cdir, put  # noqa: F401 (fixtures)
+
+LAUNCHER = [sys.executable, "-I", "-S", entries.LAUNCHER, "hook"]
+
+
+def hook(event, data, env=None, agent="claude", cwd="/"):
+    argv = [*LAUNCHER, event, *(["--agent", agent] if agent else [])]
+    p = subprocess.run(argv, input=json.dumps(data).encode(), capture_output=True, timeout=60, cwd=cwd,
+                       env=dict(os.environ, **(env or {})))
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    return p.stdout.decode()
+
+
+def last(session):
+    recs = receipts.read(db.connect(readonly=True), session=session)
+    return recs[0], len(recs)
+
+
+@pytest.fixture
+def server(home):
+    settings.save({})
+    srv = hookserver.HookServer(2)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)),
+                         daemon=True)
+    t.start()
+    for _ in range(300):
+        if srv.state["listening"] or srv.state["reason"]:
+            break
+        time.sleep(0.01)
+    assert srv.state["listening"], srv.state
+    yield srv
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert not os.path.exists(served.socket_path())  # its own socket file goes with it
+
+
+def prompt(project, session, text):
+    return {"session_id": session, "cwd": str(project), "hook_event_name": "UserPromptSubmit", "prompt": text}
+
+
+SAME = ("hook", "act", "outcome", "agent", "project", "delivered", "delivered_ids", "cut", "withheld",
+        "candidates", "above_floor", "error")
+
+
+def test_served_and_in_process_runs_read_and_write_the_same(home, project, cdir):  # noqa: F811
+    conn = db.connect()
+    store.remember(conn, "Ledgerly invoices live in PostgreSQL 16 through psycopg 3.", scope.resolve(str(project)))
+    put(cdir, "deploy", on="bash", match="deploy.sh", essence="DEPLOY-ESSENCE: staging first",
+        extra="deliver: context\n")
+    acts = [
+        ("session-start", {"hook_event_name": "SessionStart", "source": "startup"}),
+        ("prompt-submit", {"hook_event_name": "UserPromptSubmit",
+                           "prompt": "Which database holds the invoices in ledgerly?"}),
+        ("pre-tool", {"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                      "tool_input": {"command": "./deploy.sh prod"}, "tool_use_id": "t1"}),
+        ("post-tool", {"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
+                       "tool_response": {"stdout": "a\n", "stderr": ""}, "tool_use_id": "t2"}),
+        ("stop", {"hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": "Done."}),
+        ("prompt-submit", {"hook_event_name": "UserPromptSubmit", "prompt": ""}),  # skipped: empty
+    ]
+    alone = [(hook(ev, dict(body, session_id="alone", cwd=str(project))), last("alone")[0]) for ev, body in acts]
+    srv = hookserver.HookServer(2)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)))
+    t.start()
+    try:
+        for _ in range(300):
+            if srv.state["listening"]:
+                break
+            time.sleep(0.01)
+        both = [(hook(ev, dict(body, session_id="served", cwd=str(project))), last("served")[0]) for ev, body in acts]
+    finally:
+        stop.set()
+        t.join(10)
+    assert srv.state["served"] == len(acts)
+    assert [out for out, _ in both] == [out for out, _ in alone]
+    assert "psycopg 3" in both[1][0] and "DEPLOY-ESSENCE" in both[2][0]
+    for (_, a), (_, b) in zip(alone, both):
+        assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}
+        assert b["detail"]["served"] == "daemon" and "served" not in a["detail"]
+    assert len(receipts.read(db.connect(readonly=True), session="served")) == len(acts)  # one receipt a run
+
+
+def test_the_scope_is_the_hook_process_s_own(server, project):
+    conn = db.connect()
+    store.remember(conn, "bob's private note: the flaky test is test_refunds_retry.",
+                   scope.resolve(str(project), env={"RECALLD_AGENT": "bob"}), kind="fact", scope="agent")
+    ask = "Which test is the flaky one, test_refunds_retry?"
+    assert "test_refunds_retry" in hook("prompt-submit", prompt(project, "b1", ask), env={"RECALLD_AGENT": "bob"})
+    r, _ = last("b1")
+    assert r["agent"] == "bob" and r["detail"]["served"] == "daemon"
+    assert "bob's private" not in hook("prompt-submit", prompt(project, "m1", ask))  # main: not its note
+    assert last("m1")[0]["agent"] == "main"
+
+
+def test_a_held_act_is_held_once_and_its_retry_runs(server, project, cdir):  # noqa: F811
+    put(cdir, "reset", on="bash", match="git reset --hard", essence="RESET-ESSENCE")
+    body = {"session_id": "g1", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": "git reset --hard HEAD~1"}, "tool_use_id": "t1"}
+    first = json.loads(hook("pre-tool", body))
+    assert first["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "RESET-ESSENCE" in first["hookSpecificOutput"]["permissionDecisionReason"]
+    assert hook("pre-tool", body) == ""  # the hold was written before the first process exited
+    r, n = last("g1")
+    assert n == 2 and r["detail"]["served"] == "daemon" and r["detail"]["crystals"]["passed"] == ["reset"]
+
+
+def _raw(head_over=None, data=b"", stop_after=None, answer=b"K\n"):
+    """Speak the protocol by hand; stop after the daemon's A or O line when asked."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(served.socket_path())
+    head = {"v": served.PROTOCOL, "version": served.__version__, "argv": ["prompt-submit", "--agent", "claude"],
+            "cwd": "/", "home": os.environ["RECALLD_HOME"], "env": {}, "n": len(data), **(head_over or {})}
+    s.sendall(json.dumps(head).encode() + b"\n" + data)
+    f = s.makefile("rb")
+    took = f.readline()
+    if stop_after == "A" or not took.startswith(b"A"):
+        s.close()
+        return took
+    line = f.readline()
+    f.read(int(line[2:]))
+    if stop_after == "O":
+        s.close()
+        return line
+    s.sendall(answer)
+    done = f.readline()
+    s.close()
+    return done
+
+
+def test_a_hook_process_that_leaves_before_confirming_gets_no_receipt_from_the_daemon(server, project):
+    data = json.dumps(prompt(project, "gone", "anything")).encode()
+    for stop_after in ("A", "O"):
+        _raw(data=data, stop_after=stop_after)
+    time.sleep(0.3)
+    assert receipts.read(db.connect(readonly=True), session="gone") == []  # its own run writes the receipt
+    assert server.state["dropped"] >= 2 and server.state["served"] == 0
+    assert _raw(data=data, answer=b"F\n") == b"D\n"  # the write to the agent failed: said, nothing claimed
+    r, n = last("gone")
+    assert n == 1 and r["outcome"] == "error" and r["error"] == "stdout" and r["delivered"] == 0
+
+
+def test_another_version_or_home_is_refused_and_the_hook_runs_itself(server, project):
+    assert _raw({"version": "0.0.0-other"}).startswith(b"R daemon runs recalld")
+    assert _raw({"home": "/elsewhere"}) == b"R another RECALLD_HOME\n"
+    assert _raw({"v": 99}) == b"R protocol\n"
+    assert server.state["refused"] == 3
+    real = served.__version__
+    try:  # the hook side of a refusal: one receipt, in-process, saying why
+        with open(served.__file__, encoding="utf-8") as f:
+            assert "__version__" in f.read()
+        served.__version__ = "0.0.0-other"
+        why = served.serve(["prompt-submit"], json.dumps(prompt(project, "v1", "hi")).encode(), lambda b: None)
+    finally:
+        served.__version__ = real
+    assert why.startswith("refused: daemon runs recalld")
+
+
+def test_no_daemon_a_dead_one_and_a_stuck_one_leave_one_in_process_receipt(home, project):
+    settings.save({})
+    assert hook("prompt-submit", prompt(project, "n1", "hi")) == ""
+    r, n = last("n1")
+    assert n == 1 and "served" not in r["detail"]  # no socket: the ordinary case, nothing to say
+    path = served.socket_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(path)
+    dead.close()  # the file of a daemon killed with -9: nobody listens
+    hook("prompt-submit", prompt(project, "n2", "hi"))
+    r, n = last("n2")
+    assert n == 1 and r["detail"]["served"] == "down"
+    os.unlink(path)
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.bind(path)
+    stuck.listen(8)  # accepts (the kernel's backlog) but never answers
+    try:
+        t = time.perf_counter()
+        hook("prompt-submit", prompt(project, "n3", "hi"))
+        took = time.perf_counter() - t
+    finally:
+        stuck.close()
+    r, n = last("n3")
+    assert n == 1 and r["detail"]["served"] == "timeout" and r["outcome"] == "nothing"
+    assert took < 10  # bounded by CONNECT_S and the deadline, not by the daemon
+
+
+def test_a_commit_is_never_sent_to_the_daemon(server, project):
+    assert served.main(["commit"], lambda: b"{}")[:2] == (False, None)
+    assert server.state["served"] == 0
+
+
+def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, project, cdir):  # noqa: F811
+    from recalld.core import crystal_trust
+
+    p = put(cdir, "deploy", on="bash", match="deploy.sh", essence="FIRST-ESSENCE", extra="deliver: context\n")
+    body = {"cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": "./deploy.sh prod"}, "tool_use_id": "t1"}
+    assert "FIRST-ESSENCE" in hook("pre-tool", dict(body, session_id="e1"))
+    text = p.read_text().replace("FIRST-ESSENCE", "SECOND-ESSENCE")
+    p.write_text(text)  # changed since trusted: withheld until trusted again
+    assert hook("pre-tool", dict(body, session_id="e2")) == ""
+    assert last("e2")[0]["detail"]["crystals"]["untrusted"] == 1
+    crystal_trust.trust_project(str(project))
+    assert "SECOND-ESSENCE" in hook("pre-tool", dict(body, session_id="e3"))
+    assert all(last(s)[0]["detail"]["served"] == "daemon" for s in ("e1", "e2", "e3"))
