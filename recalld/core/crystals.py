@@ -37,20 +37,17 @@ bindings, computed when a file is (re)parsed, so an act on an unchanged folder h
 nothing. User-wide crystals (RECALLD_HOME/crystals) are the user's own and always trusted.
 """
 
-import marshal
 import os
 import stat
-import sys
 import time
 
-from recalld.core import paths, trust
+from recalld.core import crystal_cache, paths, trust
 from recalld.core.pack import CLAIM_MARKERS
 
 ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
 FIELDS = ("on", "match", "tell", "stale_after", "deliver")
 BEGIN = "<!-- crystal:essence -->"
 END = "<!-- /crystal:essence -->"
-CACHE_VERSION = 4
 # `deliver:` values. gate: on a tool call or a commit the client runs as soon as the hook
 # returns, hold the act once per session with the essence as the reason, so the note arrives
 # before the act runs (seed 000); context: never hold, add the note to the context like any
@@ -356,19 +353,11 @@ def directories(project: "str | None") -> list:
     return out
 
 
-def _cache_path(directory: str) -> str:
-    # A 32-bit FNV-1a names the cache file: hashlib or zlib would cost the hook a module load.
-    h = 0x811C9DC5
-    for b in directory.encode("utf-8", "surrogateescape"):
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return os.path.join(str(paths.home()), "cache", f"crystals-{h:08x}.marshal")
-
-
 def _scan(directory: str) -> tuple:
     """({file name: (mtime_ns, size)} for the crystal files in `directory` that may be read,
     {file name: (code, reason)} for those skipped unread: over the size cap, or a symlink
-    that resolves outside the directory)."""
-    out, skipped = {}, {}
+    that resolves outside the directory; whether any entry is a symlink)."""
+    out, skipped, linked = {}, {}, False
     try:
         with os.scandir(directory) as it:
             for e in it:
@@ -378,6 +367,7 @@ def _scan(directory: str) -> tuple:
                     continue
                 try:
                     if e.is_symlink():
+                        linked = True
                         real = _outside(e.path, directory)
                         if real:
                             skipped[name] = ("symlink", f"a symlink to {real}, outside the crystal folder: "
@@ -394,7 +384,7 @@ def _scan(directory: str) -> tuple:
                 out[name] = (st.st_mtime_ns, st.st_size)
     except OSError:
         pass
-    return out, skipped
+    return out, skipped, linked
 
 
 def _folder_escapes(directory: str) -> "str | None":
@@ -407,38 +397,6 @@ def _folder_escapes(directory: str) -> "str | None":
     except OSError:
         return None
     return _outside(directory, os.path.dirname(parent))
-
-
-# The cache is marshal, not JSON: decoding 300 bindings is several times faster, and the hook
-# pays it on every act. It lives under RECALLD_HOME with the store itself; the header pins the
-# format, the Python version and the directory, and anything unreadable is simply rebuilt.
-_CACHE_TAG = ("recalld-crystals", CACHE_VERSION, tuple(sys.version_info[:2]))
-
-
-def _read_cache(path: str, directory: str) -> tuple:
-    """(sigs {name: (mtime_ns, size)}, data {name: binding dict | error str},
-    hashes {name: sha256 of the file}, only for project folders)."""
-    try:
-        with open(path, "rb") as f:
-            tag, d, sigs, data, hashes = marshal.loads(f.read())
-    except (OSError, ValueError, EOFError, TypeError):
-        return {}, {}, {}
-    if (tag != _CACHE_TAG or d != directory or not isinstance(sigs, dict) or not isinstance(data, dict)
-            or not isinstance(hashes, dict)):
-        return {}, {}, {}
-    return sigs, data, hashes
-
-
-def _write_cache(path: str, directory: str, sigs: dict, data: dict, hashes: dict) -> None:
-    """Atomic replace; concurrent hooks may race, the last whole file wins and both are right."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(marshal.dumps((_CACHE_TAG, directory, sigs, data, hashes)))
-        os.replace(tmp, path)
-    except (OSError, ValueError):
-        pass  # no cache this time; the next act parses again
 
 
 def _index_file(path: str, origin: str, hashed: bool) -> tuple:
@@ -460,7 +418,10 @@ def _index_file(path: str, origin: str, hashed: bool) -> tuple:
 # each folder's last result: when the folder's stat is the same as then (every file's mtime and
 # size, the same skipped files), so is everything read from it. A hook process runs one act and
 # never reads this; it still stats every file, which is what catches an edited crystal.
-_LAST: dict = {}  # (directory, origin) -> (found, skipped, (entries, failures, hashes))
+_LAST: dict = {}  # (directory, origin) -> (found, skipped, (entries, failures, hashes), watch token)
+# That process may also know a folder is unchanged without the stats: FOLDER_WATCH, a
+# recalld.daemon.folderwatch.FolderWatch (inotify), vouches for a scan by its token.
+FOLDER_WATCH = None
 # load()'s last Index per folder list, with the _LAST results it was built from (by identity:
 # a folder scanned anew, by any thread, is a new object) and the trust log's stat then.
 _LAST_INDEX: dict = {}  # (dirs, check_trust) -> (trust log stat, (results...), Index)
@@ -481,15 +442,25 @@ def _scan_dir(directory: str, origin: str, use_cache: bool) -> tuple:
         if real:
             return [], [Failure(directory, origin, f"the crystal folder is a symlink to {real}, outside the "
                                 "repository: not followed", "symlink")], "off" if not use_cache else "hit", None, None
-    found, skipped = _scan(directory)
+    w, token = FOLDER_WATCH if use_cache else None, None
+    if w is not None:
+        last = _LAST.get((directory, origin))
+        if last is not None and w.unchanged(directory, last[3]):
+            return list(last[2][0]), list(last[2][1]), "hit", last[2][2], last[2]
+        token = w.before_scan(directory)  # from here on, any change voids this scan's token
+    found, skipped, linked = _scan(directory)
+    if linked and token is not None:  # a link's target changes elsewhere: no watch vouches for it
+        w.forget(directory)
+        token = None
     if use_cache:
         last = _LAST.get((directory, origin))
         if last is not None and last[0] == found and last[1] == skipped:
+            _LAST[(directory, origin)] = (found, skipped, last[2], token)
             entries, failures, hashes = last[2]
             return list(entries), list(failures), "hit", hashes, last[2]
     hashed = origin == "project"
-    cpath = _cache_path(directory)
-    sigs, data, hashes = _read_cache(cpath, directory) if use_cache and found else ({}, {}, {})
+    cpath = crystal_cache.path(directory)
+    sigs, data, hashes = crystal_cache.read(cpath, directory) if use_cache and found else ({}, {}, {})
     changed = sigs != found
     if changed:
         fresh, done, fresh_hashes = {}, {}, {}
@@ -508,7 +479,7 @@ def _scan_dir(directory: str, origin: str, use_cache: bool) -> tuple:
             # Also when the hook's deadline interrupts a big first parse: keep what is done,
             # so the next act continues instead of starting over (and timing out) forever.
             if use_cache and (found or sigs):
-                _write_cache(cpath, directory, done, fresh, fresh_hashes)
+                crystal_cache.write(cpath, directory, done, fresh, fresh_hashes)
         data, hashes = fresh, fresh_hashes
     entries, failures = [], []
     sep = os.sep
@@ -528,7 +499,7 @@ def _scan_dir(directory: str, origin: str, use_cache: bool) -> tuple:
     kept = None
     if use_cache:
         kept = (list(entries), list(failures), hashes)
-        _LAST[(directory, origin)] = (found, skipped, kept)
+        _LAST[(directory, origin)] = (found, skipped, kept, token)
     return entries, failures, state, hashes, kept
 
 

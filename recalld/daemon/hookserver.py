@@ -27,8 +27,8 @@ import threading
 import time
 
 from recalld import __version__
-from recalld.core import paths
-from recalld.daemon import sockets
+from recalld.core import crystals, paths
+from recalld.daemon import folderwatch, sockets
 from recalld.hook import run as hook_run
 from recalld.hook import served
 
@@ -95,6 +95,8 @@ class HookServer:
             if log is not None:
                 log.error("hook_socket_failed", reason=self.state["reason"])
             return
+        watch = crystals.FOLDER_WATCH = folderwatch.start()  # crystal folders by inotify, not 300 stats an act
+        self.state["folder_watch"] = watch is not None
         self._sock.settimeout(ACCEPT_S)
         self.state.update(listening=True, socket=path)
         if log is not None:
@@ -110,6 +112,10 @@ class HookServer:
                 t.join(ACCEPT_S * 4)
             sockets.unbind(self._sock, path, self._inode)
             self.state["listening"] = False
+            if watch is not None:
+                if crystals.FOLDER_WATCH is watch:
+                    crystals.FOLDER_WATCH = None
+                watch.close()
 
     def _worker(self, stop, open_store, follow) -> None:
         conn, ident = open_store()
