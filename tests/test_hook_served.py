@@ -227,3 +227,13 @@ def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, pr
     crystal_trust.trust_project(str(project))
     assert "SECOND-ESSENCE" in hook("pre-tool", dict(body, session_id="e3"))
     assert all(last(s)[0]["detail"]["served"] == "daemon" for s in ("e1", "e2", "e3"))
+
+
+def test_a_daemon_whose_code_changed_on_disk_refuses(server, project, monkeypatch):
+    """An upgrade (or an edit of an editable install) while the daemon runs: it still runs what
+    it imported, so it sends the hook process back to its own code."""
+    monkeypatch.setattr(hookserver, "_code_sig", lambda: ("upgraded",))
+    assert _raw().startswith(b"R daemon runs recalld") and b"restart it" in _raw()
+    hook("prompt-submit", prompt(project, "u1", "hi"))
+    r, n = last("u1")
+    assert n == 1 and r["detail"]["served"].startswith("refused: daemon runs recalld")

@@ -13,7 +13,8 @@ same transaction as the rows the run records (served items, queue deliveries, ho
 write failed) writes it as an error with nothing delivered; a hook process that goes away
 before either falls back to running the hook itself, so the daemon writes nothing for it and
 the receipt is the one that process writes. A request from another version of recalld, or for
-another RECALLD_HOME, is refused (R): the hook process runs it itself.
+another RECALLD_HOME, or any request once the hook's code on disk is not what this daemon
+imported (an upgrade it has not restarted for), is refused (R): the hook process runs it itself.
 
 The threads stop with the daemon; the socket file goes with them (only our own: a newer
 daemon's is left alone).
@@ -47,6 +48,19 @@ class Refused(Exception):
     pass
 
 
+def _code_sig():
+    """The hook's code on disk: an upgrade (or an edit of an editable install) while the daemon
+    runs changes it, and the daemon, still running what it imported, then refuses to serve."""
+    out = []
+    for path in (hook_run.__file__, served.__file__):
+        try:
+            st = os.stat(path)
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def _same_home(theirs) -> bool:
     try:
         return isinstance(theirs, str) and os.path.realpath(theirs) == os.path.realpath(paths.home())
@@ -74,6 +88,7 @@ class HookServer:
         self._lock = threading.Lock()
         self._sock = None
         self._inode = None
+        self._code = _code_sig()
 
     def snapshot(self) -> dict:
         with self._lock:
@@ -135,7 +150,10 @@ class HookServer:
                     except Exception as e:  # StoreLost: follow has stopped the daemon and said why
                         self.state.update(reason=f"store lost: {e}"[:300])
                         return
-                    self.handle(c, conn)
+                    try:
+                        self.handle(c, conn)
+                    except Exception as e:  # a bug in one run must not end the thread; that hook runs itself
+                        self._count("errors", error=f"{type(e).__name__}: {e}"[:300])
                 finally:
                     c.close()
         finally:
@@ -162,8 +180,9 @@ class HookServer:
         del buf[:i + 1]
         if not isinstance(head, dict) or head.get("v") != served.PROTOCOL:
             raise Refused("protocol")
-        if head.get("version") != __version__:
-            raise Refused(f"daemon runs recalld {__version__}")  # an upgrade the daemon has not restarted for
+        if head.get("version") != __version__ or _code_sig() != self._code:
+            # an upgrade the daemon has not restarted for: the hook process runs its own code
+            raise Refused(f"daemon runs recalld {__version__} as it was when it started; restart it")
         if not _same_home(head.get("home")):
             raise Refused("another RECALLD_HOME")
         argv, env, cwd, n = head.get("argv"), head.get("env"), head.get("cwd"), head.get("n")

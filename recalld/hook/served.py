@@ -17,7 +17,8 @@ hook exits once it is written (a held act's retry must find its hold).
 
 Until the hook sends K the daemon has written nothing, so whenever the exchange breaks before
 that (no socket, nobody listening, the daemon busy past CONNECT_S, no output by its deadline, a
-refusal, anything odd) the hook closes the socket, the daemon drops the run, and the hook runs
+refusal: another version, its code changed on disk since it started, another RECALLD_HOME;
+anything odd) the hook closes the socket, the daemon drops the run, and the hook runs
 in-process as it always did: one receipt either way, and it says why the daemon did not serve
 it (`detail.served`), except when no daemon listens at all (the ordinary case without one).
 
