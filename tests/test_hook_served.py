@@ -237,3 +237,39 @@ def test_a_daemon_whose_code_changed_on_disk_refuses(server, project, monkeypatc
     hook("prompt-submit", prompt(project, "u1", "hi"))
     r, n = last("u1")
     assert n == 1 and r["detail"]["served"].startswith("refused: daemon runs recalld")
+
+
+def test_bad_input_gets_the_same_receipt_served_as_alone(home, project):
+    def run_raw(data):
+        p = subprocess.run([*LAUNCHER, "prompt-submit"], input=data, capture_output=True, timeout=60, cwd="/")
+        assert p.returncode == 0 and p.stdout == b"" and p.stderr == b""
+        return receipts.read(db.connect(readonly=True))[0]
+
+    settings.save({})
+    cases = (b"{not json", b"", b"[1, 2]", b"\xff\xfe")
+    alone = [run_raw(d) for d in cases]
+    srv = hookserver.HookServer(1)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)))
+    t.start()
+    try:
+        for _ in range(300):
+            if srv.state["listening"]:
+                break
+            time.sleep(0.01)
+        both = [run_raw(d) for d in cases]
+    finally:
+        stop.set()
+        t.join(10)
+    assert [(r["outcome"], r["error"]) for r in both] == [(r["outcome"], r["error"]) for r in alone]
+    assert all(r["detail"].get("served") == "daemon" for r in both)
+    assert ("error", "bad_json") in [(r["outcome"], r["error"]) for r in both]
+
+
+def test_daemon_status_says_whether_it_serves_the_hooks():
+    from recalld.cli.daemon import _format
+
+    base = {"running": True, "pid": 1, "uptime_s": 5, "watch_mode": "watchdog", "roots": [], "judge": {}}
+    assert "hooks: served (12 runs; 1 left to run themselves, 0 refused)" in _format(
+        dict(base, hooks={"listening": True, "served": 12, "dropped": 1, "refused": 0}))
+    assert "hooks: each runs itself (daemon.serve_hooks is 0)" in _format(dict(base, hooks={"listening": False}))
