@@ -273,3 +273,12 @@ def test_daemon_status_says_whether_it_serves_the_hooks():
     assert "hooks: served (12 runs; 1 left to run themselves, 0 refused)" in _format(
         dict(base, hooks={"listening": True, "served": 12, "dropped": 1, "refused": 0}))
     assert "hooks: each runs itself (daemon.serve_hooks is 0)" in _format(dict(base, hooks={"listening": False}))
+
+
+def test_doctor_says_who_ran_its_hook(server, project):
+    from tests.helpers import run_recalld  # noqa: E402
+
+    res = run_recalld(["doctor", "--json", "--cwd", str(project)])
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    assert rep["hook_run"]["receipt"]["served"] == "daemon", rep["hook_run"]

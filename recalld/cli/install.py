@@ -339,8 +339,9 @@ def _print_doctor(rep: dict) -> None:
                                                 if c.get("available") else f"none ({c.get('reason')})"))
         elif name == "daemon" and isinstance(m.get("status"), dict) and "running" in m["status"]:
             d = m["status"]
-            click.echo(f"daemon: {'running, pid ' + str(d['pid']) if d['running'] else 'not running'}; "
-                       f"autostart {'on' if d['autostart'] else 'off'}")
+            serving = d["running"] and ((d.get("last_status") or {}).get("hooks") or {}).get("listening")
+            click.echo(f"daemon: {'running, pid ' + str(d['pid']) if d['running'] else 'not running'}"
+                       f"{', serving the hooks' if serving else ''}; autostart {'on' if d['autostart'] else 'off'}")
         else:
             click.echo(f"{name}: {json.dumps(m.get('status'), default=str)[:500]}")
     b = rep.get("bytecode")
@@ -365,8 +366,11 @@ def _print_doctor(rep: dict) -> None:
                        f"exit {h['exit_code']}, output {'valid' if h['stdout_valid'] else 'INVALID'}")
         r = h.get("receipt")
         if r:
-            click.echo(f"  receipt: {r['outcome']} in {r['duration_ms']} ms inside the hook, "
-                       f"{r['delivered']} delivered ({r['stored']})" + (f", error {r['error']}" if r['error'] else ""))
+            where = "inside the daemon" if r.get("served") == "daemon" else "inside the hook"
+            click.echo(f"  receipt: {r['outcome']} in {r['duration_ms']} ms {where}, "
+                       f"{r['delivered']} delivered ({r['stored']})" + (f", error {r['error']}" if r['error'] else "")
+                       + (f"; the daemon did not run it: {r['served']}" if r.get("served") not in (None, "daemon",
+                                                                                                    "in-process") else ""))
         if h.get("error"):
             click.echo(f"  problem: {h['error']}")
 

@@ -66,6 +66,8 @@ def time_hook(prefix: list, cwd: str, timeout_s: float = 30) -> dict:
         out["receipt"] = {k: r.get(k) for k in ("outcome", "duration_ms", "candidates", "above_floor",
                                                  "delivered", "error")}
         out["receipt"]["stored"] = r.get("stored", "db")
+        # who ran it: the daemon (recalld/hook/served.py), or this process and why not the daemon
+        out["receipt"]["served"] = (r.get("detail") or {}).get("served") or "in-process"
     elif out["error"] is None:
         out["error"] = "the hook ran but left no receipt"
     return out
