@@ -1,7 +1,6 @@
 """The hook's sources ship with the package, so one that fails to import is a failure of the
 run: exit 0, nothing printed, one `error` receipt naming it. Never a silent "nothing"."""
 
-import io
 import json
 import sys
 
@@ -26,8 +25,7 @@ def test_a_source_that_cannot_be_imported_gives_an_error_receipt(home, project, 
             "tool_input": {"command": "git status"}, "stop_hook_active": False,
             "last_assistant_message": "Done."}
     broken(monkeypatch, module)
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(data).encode())))
-    assert hook.main([event]) == 0
+    assert hook.main([event], json.dumps(data).encode()) == 0
     assert capsys.readouterr().out == ""
     recs = receipts.read(db.connect())
     assert len(recs) == 1

@@ -4,6 +4,7 @@ itself; the scope is the hook process's (its directory and RECALLD_* environment
 retry finds its hold, and every way the exchange can break leaves exactly one receipt: the
 daemon's when the hook process confirmed the output, else the in-process run's, saying why."""
 
+import contextlib
 import json
 import os
 import socket
@@ -37,24 +38,33 @@ def last(session):
     return recs[0], len(recs)
 
 
-@pytest.fixture
-def server(home):
-    settings.save({})
-    srv = hookserver.HookServer(2)
+@contextlib.contextmanager
+def serving(threads=2):
+    """A HookServer on its threads in this process, as the daemon runs it; stopped on exit."""
+    srv = hookserver.HookServer(threads)
     stop = threading.Event()
     t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)),
                          daemon=True)
     t.start()
-    for _ in range(300):
-        if srv.state["listening"] or srv.state["reason"]:
-            break
-        time.sleep(0.01)
-    assert srv.state["listening"], srv.state
-    yield srv
-    stop.set()
-    t.join(10)
+    try:
+        for _ in range(300):
+            if srv.state["listening"] or srv.state["reason"]:
+                break
+            time.sleep(0.01)
+        assert srv.state["listening"], srv.state
+        yield srv
+    finally:
+        stop.set()
+        t.join(10)
     assert not t.is_alive()
     assert not os.path.exists(served.socket_path())  # its own socket file goes with it
+
+
+@pytest.fixture
+def server(home):
+    settings.save({})
+    with serving() as srv:
+        yield srv
 
 
 def prompt(project, session, text):
@@ -82,19 +92,8 @@ def test_served_and_in_process_runs_read_and_write_the_same(home, project, cdir)
         ("prompt-submit", {"hook_event_name": "UserPromptSubmit", "prompt": ""}),  # skipped: empty
     ]
     alone = [(hook(ev, dict(body, session_id="alone", cwd=str(project))), last("alone")[0]) for ev, body in acts]
-    srv = hookserver.HookServer(2)
-    stop = threading.Event()
-    t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)))
-    t.start()
-    try:
-        for _ in range(300):
-            if srv.state["listening"]:
-                break
-            time.sleep(0.01)
+    with serving() as srv:
         both = [(hook(ev, dict(body, session_id="served", cwd=str(project))), last("served")[0]) for ev, body in acts]
-    finally:
-        stop.set()
-        t.join(10)
     assert srv.state["served"] == len(acts)
     assert [out for out, _ in both] == [out for out, _ in alone]
     assert "psycopg 3" in both[1][0] and "DEPLOY-ESSENCE" in both[2][0]
@@ -208,6 +207,12 @@ def test_no_daemon_a_dead_one_and_a_stuck_one_leave_one_in_process_receipt(home,
     assert took < 10  # bounded by CONNECT_S and the deadline, not by the daemon
 
 
+def test_the_hook_process_and_the_run_take_the_same_input_cap():
+    from recalld.hook import run
+
+    assert served.MAX_INPUT == run.MAX_INPUT
+
+
 def test_a_commit_is_never_sent_to_the_daemon(server, project):
     assert served.main(["commit"], lambda: b"{}")[:2] == (False, None)
     assert server.state["served"] == 0
@@ -248,19 +253,8 @@ def test_bad_input_gets_the_same_receipt_served_as_alone(home, project):
     settings.save({})
     cases = (b"{not json", b"", b"[1, 2]", b"\xff\xfe")
     alone = [run_raw(d) for d in cases]
-    srv = hookserver.HookServer(1)
-    stop = threading.Event()
-    t = threading.Thread(target=srv.serve, args=(stop, lambda: (db.connect(), None), lambda c, i, w: (c, i)))
-    t.start()
-    try:
-        for _ in range(300):
-            if srv.state["listening"]:
-                break
-            time.sleep(0.01)
+    with serving(1):
         both = [run_raw(d) for d in cases]
-    finally:
-        stop.set()
-        t.join(10)
     assert [(r["outcome"], r["error"]) for r in both] == [(r["outcome"], r["error"]) for r in alone]
     assert all(r["detail"].get("served") == "daemon" for r in both)
     assert ("error", "bad_json") in [(r["outcome"], r["error"]) for r in both]

@@ -238,10 +238,10 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
 @click.option("--deadline-ms", type=int)
 def hook(event, agent, deadline_ms):
     """Run one hook (reads the agent's JSON on stdin). Normally called by the agent."""
-    from recalld.hook.run import main as hook_main
+    from recalld.hook.served import launch
 
     argv = [event] + (["--agent", agent] if agent else []) + (["--deadline-ms", str(deadline_ms)] if deadline_ms else [])
-    sys.exit(hook_main(argv, exit_process=True))
+    launch(argv)
 
 
 @cli.command()

@@ -292,35 +292,29 @@ class Result:
         return [self.stand_in.tool_outputs(r.body) for r in self.main]
 
 
-class ServingDaemon:
-    """`recalld daemon run` for the scratch user (no judge, no proposer: only its hook threads
-    matter here), up once it listens for hooks; stopped on exit, its process group killed."""
+class DaemonRun:
+    """`recalld daemon run` for the scratch user, in its own process group, up once
+    `ready(status)` holds (`recalld daemon status --json`); stopped (SIGTERM, then SIGKILL of
+    the group) on exit, whatever happened."""
 
-    def __init__(self, sc: Scratch):
-        self.sc = sc
+    def __init__(self, sc: Scratch, ready, ready_s: float = 60, what: str = "up"):
+        self.sc, self.ready, self.ready_s, self.what = sc, ready, ready_s, what
 
     def __enter__(self):
-        path = os.path.join(self.sc.recalld_home, "settings.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except (OSError, ValueError):
-            values = {}
-        values.update(models={"judge": "off"}, proposals={"enabled": False})
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=2)
         self.log = open(os.path.join(self.sc.root, "daemon.out"), "w", encoding="utf-8")
         self.p = subprocess.Popen([recalld_executable(), "daemon", "run"], cwd=self.sc.project, env=self.sc.env,
                                   stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
-        end = time.monotonic() + 60
+        end = time.monotonic() + self.ready_s
+        st = {}
         while time.monotonic() < end and self.p.poll() is None:
             st = json.loads(self.sc.recalld("daemon", "status", "--json", check=False).stdout or "{}")
-            if (st.get("hooks") or {}).get("listening"):
+            if self.ready(st):
                 return self
             time.sleep(0.2)
         self.__exit__()
-        raise RuntimeError(f"the daemon did not listen for hooks in 60 s ({self.sc.root}/daemon.out)")
+        raise RuntimeError(f"the daemon was not {self.what} in {self.ready_s} s: judge {st.get('judge')}, hooks "
+                           f"{st.get('hooks')} (rc {self.p.returncode}; {self.sc.root}/daemon.out)")
 
     def __exit__(self, *exc):
         try:
@@ -335,6 +329,26 @@ class ServingDaemon:
                 pass
             self.p.wait(timeout=10)
             self.log.close()
+
+
+class ServingDaemon(DaemonRun):
+    """The daemon with no judge and no proposer (only its hook threads matter here), up once it
+    listens for hooks."""
+
+    def __init__(self, sc: Scratch):
+        super().__init__(sc, lambda st: (st.get("hooks") or {}).get("listening"), what="listening for hooks")
+
+    def __enter__(self):
+        path = os.path.join(self.sc.recalld_home, "settings.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError):
+            values = {}
+        values.update(models={"judge": "off"}, proposals={"enabled": False})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2)
+        return super().__enter__()
 
 
 def scenario(client, root: str, prompt: str, script, *, setup=None, bypass_trust=True, memories=(),

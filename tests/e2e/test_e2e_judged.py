@@ -10,14 +10,11 @@ probability): this checks the delivery path through the real client, not the jud
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import time
 
 import pytest
 from e2e_clients import CLIENTS
-from e2e_harness import Scratch, recalld_executable
+from e2e_harness import DaemonRun, Scratch, recalld_executable
 from e2e_standins import Text, Until
 
 # The error the model's first command prints, and the memory that answers it. Nothing in the
@@ -50,47 +47,6 @@ def configure(sc, **over):
         json.dump(values, f, indent=2)
 
 
-class Daemon:
-    """`recalld daemon run` for the scratch user, in its own process group; stopped (SIGTERM,
-    then SIGKILL of the group) on exit, whatever happened."""
-
-    def __init__(self, sc):
-        self.sc = sc
-        self.p = None
-
-    def __enter__(self):
-        self.log = open(os.path.join(self.sc.root, "daemon.out"), "w", encoding="utf-8")
-        self.p = subprocess.Popen([recalld_executable(), "daemon", "run"], cwd=self.sc.project, env=self.sc.env,
-                                  stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-        end = time.monotonic() + READY_S
-        st = {}
-        while time.monotonic() < end:
-            if self.p.poll() is not None:
-                break
-            st = json.loads(self.sc.recalld("daemon", "status", "--json", check=False).stdout or "{}")
-            if st.get("running") and (st.get("judge") or {}).get("loaded"):
-                return self
-            time.sleep(0.5)
-        self.__exit__()
-        pytest.fail(f"the daemon did not come up with its judge loaded in {READY_S} s: {st.get('judge')} "
-                    f"(rc {self.p.returncode}; {self.sc.root}/daemon.out)")
-
-    def __exit__(self, *exc):
-        try:
-            self.p.send_signal(signal.SIGTERM)
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            try:
-                os.killpg(self.p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.p.wait(timeout=10)
-            self.log.close()
-
-
 def _script(client):
     # The first command fails with the error; then the model waits, one `sleep 4` at a time
     # (at most four), until a request carries the memory: the judge's pass runs meanwhile.
@@ -112,7 +68,9 @@ def judged(request, tmp_path_factory):
     configure(sc, daemon=DAEMON, judge=JUDGE, models={"judge": None}, proposals={"enabled": False})
     s = client.stand_in(_script(client))
     try:
-        with Daemon(sc), s:
+        up = DaemonRun(sc, lambda st: st.get("running") and (st.get("judge") or {}).get("loaded"), READY_S,
+                       "up with its judge loaded")
+        with up, s:
             run = client.run(sc, s, PROMPT)
     finally:
         sc.save("standin.log", s.log_text())
