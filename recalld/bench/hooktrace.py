@@ -86,6 +86,7 @@ def main() -> None:
 
     from recalld.core import db, receipts, scope, settings
     from recalld.hook import run as hook
+    from recalld.hook.served import read_stdin  # the input as the launcher reads it
 
     t_imported = time.perf_counter()
     db.connect = timed("connect", db.connect)
@@ -131,7 +132,7 @@ def main() -> None:
 
     argv = sys.argv[1:]
     t = time.perf_counter()
-    out, r = hook.run(argv, hook._read_stdin, close=False)
+    out, r = hook.run(argv, read_stdin, close=False)
     t_run = time.perf_counter() - t
     if out:
         sys.stdout.write(out)

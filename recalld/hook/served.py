@@ -21,6 +21,8 @@ refusal: another version, its code changed on disk since it started, another REC
 anything odd) the hook closes the socket, the daemon drops the run, and the hook runs
 in-process as it always did: one receipt either way, and it says why the daemon did not serve
 it (`detail.served`), except when no daemon listens at all (the ordinary case without one).
+Once the output has arrived the run is the daemon's: were the daemon to die between O and K,
+that run would have no receipt, never a second run and the block twice.
 
 `_socket` rather than `socket`, as in recalld.hook.semantic: `socket` imports selectors and enum.
 """
@@ -125,12 +127,14 @@ def serve(argv: list, data: bytes, write) -> "str | None":
                 write(out)
             except (OSError, ValueError):
                 ok = False
-        s.settimeout(DONE_S)
-        s.sendall(b"K\n" if ok else b"F\n")
         try:
+            s.settimeout(DONE_S)
+            s.sendall(b"K\n" if ok else b"F\n")
             _line(s, buf)  # D: the receipt is in the store
         except (OSError, EOFError, ValueError):
-            pass  # it is the daemon's now, whatever happens: never a second receipt
+            # From the output on the run is the daemon's, whatever happens: running it again here
+            # would give the agent the block twice. (A daemon that died just now leaves no receipt.)
+            pass
         return None
     except TimeoutError:
         return "timeout"
