@@ -304,3 +304,13 @@ def test_missing_prior_table_falls_back_to_the_store(conn, sc, monkeypatch, tmp_
     monkeypatch.setattr(search_mod, "_PRIOR", None)
     [hit] = search(conn, LEDGERLY_PROMPT, sc, limit=3)
     assert hit.score == pytest.approx(0.172, abs=0.001)
+
+
+def test_the_daemons_word_table_dict_weighs_every_stem_as_the_bisected_table(monkeypatch):
+    """keep_prior_table (the daemon serving hooks) must change the lookups' speed, not a weight."""
+    stems = list(search_mod.prior_table())[::97] + ["ledgerli", "zzzz"]
+    before = [search_mod.term_idf(1000, 3, s, ("run", "ran")) for s in stems]
+    monkeypatch.setattr(search_mod, "_PRIOR_MAP", None)
+    search_mod.keep_prior_table()
+    assert search_mod._PRIOR_MAP is not None
+    assert [search_mod.term_idf(1000, 3, s, ("run", "ran")) for s in stems] == before

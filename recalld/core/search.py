@@ -229,10 +229,8 @@ def prior_of(stem: str, table: "str | None" = None) -> float:
     """The prior probability that a memory holds `stem` (0.0 when the table does not list it).
 
     The table is bisected as text: a prompt looks up a handful of stems, and a dict of all
-    21,950 took 9-20 ms to build on a shared 2-core machine, in every hook process. A
-    long-lived process (the daemon serving hooks) builds that dict once (keep_prior_table)."""
-    if table is None and _PRIOR_MAP is not None:
-        return _PRIOR_MAP.get(stem, 0.0)
+    21,950 took 9-20 ms to build on a shared 2-core machine, in every hook process (a
+    long-lived process builds it once: keep_prior_table, which term_idf then reads)."""
     t = table if table is not None else (_PRIOR if _PRIOR is not None else _load_prior())
     lo, hi = 0, len(t)
     while lo < hi:
