@@ -94,3 +94,17 @@ def test_config_set_and_show(home):
     assert json.loads(ok(["config", "show"]))["floor"] == 0.4
     p = run_recalld(["config", "set", "no.such.key", "1"])
     assert p.returncode != 0 and b"unknown setting" in p.stderr
+
+
+def test_config_keys_lists_every_setting_with_its_default_and_meaning(home):
+    from recalld.core import settings
+
+    ok(["config", "set", "floor", "0.4"])  # the table shows defaults, not what is set
+    rows = json.loads(ok(["config", "keys", "--json"]))
+    by = {r["key"]: r for r in rows}
+    assert by["floor"] == {"key": "floor", "type": "a number 0..1", "default": settings.DEFAULTS["floor"],
+                           "meaning": by["floor"]["meaning"]}
+    assert by["judge.threshold"]["default"] == settings.DEFAULTS["judge"]["threshold"]
+    assert all(r["meaning"] for r in rows) and "daemon.serve_hooks" in by
+    text = ok(["config", "keys"])
+    assert "judge.threshold = 0.6  (a number 0..1)" in text

@@ -55,3 +55,34 @@ def test_every_module_says_what_it_is():
 
     rows = docgen.module_table().splitlines()[2:]
     assert rows and all(not r.endswith("|  |") for r in rows), [r for r in rows if r.endswith("|  |")]
+
+
+def test_settings_reference_is_current():
+    from recalld.cli import docgen
+
+    with open(docgen.settings_target(), encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == docgen.render_settings(), "docs/settings.md is stale: run `python3 -m recalld.cli.docgen`"
+
+
+def test_every_setting_has_a_meaning_and_every_meaning_a_setting():
+    from recalld.core import settings, settings_doc
+
+    leaves = [k for k, _ in settings_doc._leaves(settings.DEFAULTS)]
+    assert [k for k in leaves if not settings_doc.MEANINGS.get(k)] == []
+    assert [k for k in settings_doc.MEANINGS if k not in leaves] == []
+    # the rules name settings that exist
+    assert [k for k in settings.RULES if k not in leaves] == []
+
+
+def test_every_environment_variable_the_code_reads_is_documented():
+    from recalld.core import settings_doc
+
+    pkg = REPO / "recalld"
+    read = set()
+    for p in pkg.rglob("*.py"):
+        if "bench" in p.parts:
+            continue  # the benchmarks' own knobs (RECALLD_HOOK_TRACE) are not user settings
+        read |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["'](RECALLD_[A-Z_]+)["']""", p.read_text()))
+    assert read, "the scan found no environment reads"
+    assert sorted(read - set(settings_doc.ENVIRONMENT)) == []

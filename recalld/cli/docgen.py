@@ -1,6 +1,6 @@
 """Generate the parts of the docs that the code knows, so they cannot drift.
 
-    python3 -m recalld.cli.docgen      # rewrite docs/cli.md and architecture.md's module list
+    python3 -m recalld.cli.docgen      # rewrite docs/cli.md, docs/settings.md and architecture.md's module list
     tests/test_docs.py checks that the committed files match the code.
 
 The page is rendered here from the commands' own parameters and docstrings, not from click's
@@ -104,6 +104,41 @@ def render() -> str:
     return "".join(out)
 
 
+SETTINGS_HEADER = """# Settings
+
+Generated from the code (recalld/core/settings.py, recalld/core/settings_doc.py) by `python3 -m
+recalld.cli.docgen`; `tests/test_docs.py` fails when it is out of date. Do not edit by hand.
+
+Settings live in `RECALLD_HOME/settings.json`, which holds only what you changed:
+`recalld config set KEY VALUE` checks a value against its type and range before writing it,
+`recalld config show` prints every setting in effect, `recalld config keys` this table. A value
+that is not valid when read (the file edited by hand) falls back to its default, and the
+receipt of the hook that read it says which (`detail.settings_fallback`).
+"""
+
+
+def _cell(v) -> str:
+    return str(v).replace("|", chr(92) + "|")
+
+
+def render_settings() -> str:
+    import json
+
+    from recalld.core import settings_doc
+
+    out = [SETTINGS_HEADER, "\n| setting | takes | default | meaning |\n|---|---|---|---|\n"]
+    for k in settings_doc.keys():
+        out.append(f"| `{k['key']}` | {_cell(k['type'])} | `{_cell(json.dumps(k['default']))}` | {_cell(k['meaning'])} |\n")
+    out.append("\n## Environment\n\n| variable | meaning |\n|---|---|\n")
+    for name, meaning in settings_doc.ENVIRONMENT.items():
+        out.append(f"| `{name}` | {_cell(meaning)} |\n")
+    return "".join(out)
+
+
+def settings_target() -> str:
+    return os.path.join(_root(), "docs", "settings.md")
+
+
 def _root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -159,6 +194,9 @@ def main() -> None:
     with open(target(), "w", encoding="utf-8") as f:
         f.write(text)
     print(f"wrote {target()} ({text.count(chr(10) + '## ')} commands)", file=sys.stderr)
+    with open(settings_target(), "w", encoding="utf-8") as f:
+        f.write(render_settings())
+    print(f"wrote {settings_target()}", file=sys.stderr)
     with open(architecture_path(), encoding="utf-8") as f:
         arch = f.read()
     if MODULES_BEGIN in arch:

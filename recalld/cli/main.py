@@ -276,6 +276,21 @@ def config_show():
     echo_json(cfg)
 
 
+@config.command("keys")
+@click.option("--json", "as_json", is_flag=True, help="One object per setting: key, type, default, meaning.")
+def config_keys(as_json):
+    """Every setting: what it takes, its default and what it does (docs/settings.md)."""
+    from recalld.core import settings_doc
+
+    rows = settings_doc.keys()
+    if as_json:
+        echo_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['key']} = {json.dumps(r['default'])}  ({r['type']})")
+        click.echo(f"    {r['meaning']}")
+
+
 @config.command("set")
 @click.argument("key")
 @click.argument("value")
