@@ -132,7 +132,8 @@ def _raw(head_over=None, data=b"", stop_after=None, answer=b"K\n"):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(served.socket_path())
-    head = {"v": served.PROTOCOL, "version": served.__version__, "argv": ["prompt-submit", "--agent", "claude"],
+    head = {"v": served.PROTOCOL, "version": served.__version__, "uid": os.urandom(16).hex(),
+            "argv": ["prompt-submit", "--agent", "claude"],
             "cwd": "/", "home": os.environ["RECALLD_HOME"], "env": {}, "n": len(data), **(head_over or {})}
     s.sendall(json.dumps(head).encode() + b"\n" + data)
     f = s.makefile("rb")
@@ -161,6 +162,78 @@ def test_a_hook_process_that_leaves_before_confirming_gets_no_receipt_from_the_d
     assert _raw(data=data, answer=b"F\n") == b"D\n"  # the write to the agent failed: said, nothing claimed
     r, n = last("gone")
     assert n == 1 and r["outcome"] == "error" and r["error"] == "stdout" and r["delivered"] == 0
+
+
+def test_a_request_without_its_uid_is_refused(server, project):
+    assert _raw({"uid": None}) == b"R bad request\n"
+    assert _raw({"uid": "../../etc"}) == b"R bad request\n"
+
+
+@contextlib.contextmanager
+def dying_daemon(write_receipt=False):
+    """A daemon that takes the run, sends its output and dies before saying the receipt is in:
+    with `write_receipt` it had committed it first (only the D was lost)."""
+    path = served.socket_path()
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    seen = {}
+
+    def answer():
+        c, _ = srv.accept()
+        f = c.makefile("rb")
+        head = json.loads(f.readline())
+        f.read(head["n"])
+        seen.update(head)
+        body = b'{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "m1 fact"}}'
+        c.sendall(b"A 300\n" + b"O %d\n" % len(body) + body)
+        seen["ack"] = f.readline()
+        if write_receipt:
+            r = receipts.new("hook", "prompt-submit")
+            r.update(uid=head["uid"], outcome="delivered", delivered=1, session="lost", detail={"served": "daemon"})
+            receipts.record(db.connect(), r, lambda conn: None)
+        c.close()  # no D
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        yield seen
+    finally:
+        t.join(10)
+        srv.close()
+        os.unlink(path)
+
+
+def test_a_daemon_that_dies_before_confirming_leaves_the_hook_process_s_receipt(home, project):
+    settings.save({})
+    with dying_daemon() as seen:
+        out = hook("prompt-submit", prompt(project, "lost", "anything at all"))
+    assert seen["ack"] == b"K\n" and "m1 fact" in out  # the agent got the daemon's output, once
+    r, n = last("lost")
+    assert n == 1 and r["uid"] == seen["uid"] and r["outcome"] == "error" and r["error"] == "served: unconfirmed"
+    assert r["detail"]["served"] == "unconfirmed: EOFError" and r["detail"]["output_bytes"] > 0
+    assert r["delivered"] == 0 and r["act"] == "prompt" and r["project"] == scope.resolve(str(project)).project
+    assert receipts.read_fallback() == []
+
+
+def test_when_only_the_confirmation_was_lost_the_daemon_s_receipt_is_the_one(home, project):
+    settings.save({})
+    with dying_daemon(write_receipt=True) as seen:
+        hook("prompt-submit", prompt(project, "lost", "anything at all"))
+    r, n = last("lost")
+    assert n == 1 and r["uid"] == seen["uid"] and r["outcome"] == "delivered" and r["detail"] == {"served": "daemon"}
+    assert receipts.read_fallback() == []  # the second writer found the uid taken: nothing anywhere
+
+
+def test_a_receipt_uid_is_stored_once(home):
+    conn = db.connect()
+    r = receipts.new("hook", "stop")
+    assert receipts.record(conn, dict(r, outcome="nothing")) == "db"
+    assert receipts.record(conn, dict(r, outcome="error"), lambda c: None) == "duplicate"
+    assert receipts.record(conn, dict(r, outcome="error")) == "duplicate"
+    assert [x["outcome"] for x in receipts.read(conn) if x["uid"] == r["uid"]] == ["nothing"]
+    assert receipts.read_fallback() == []
 
 
 def test_another_version_or_home_is_refused_and_the_hook_runs_itself(server, project):

@@ -70,7 +70,8 @@ def append_fallback(r: dict, reason: str = "") -> None:
 
 def record(conn: "sqlite3.Connection | None", r: dict, extra=None) -> str:
     """Append a receipt (and, in the same transaction, `extra(conn)`'s rows). Returns where it
-    went: "db" or "fallback". Never raises for a store problem."""
+    went: "db" or "fallback", or "duplicate" when a receipt with its uid is already stored
+    (nothing written). Never raises for a store problem."""
     if conn is not None:
         try:
             if extra is None:
@@ -90,6 +91,12 @@ def record(conn: "sqlite3.Connection | None", r: dict, extra=None) -> str:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        except sqlite3.IntegrityError as e:
+            if "receipts.uid" in str(e):
+                # A served run's receipt, written once by the daemon or, when the daemon did not
+                # confirm it, by the hook process (recalld/hook/served.py): the first one stands.
+                return "duplicate"
+            reason = f"{type(e).__name__}: {e}"[:200]
         except Exception as e:  # locked, corrupt, read-only, missing table...
             reason = f"{type(e).__name__}: {e}"[:200]
     else:

@@ -12,7 +12,8 @@ The receipt is written after the hook process says the output reached its stdout
 same transaction as the rows the run records (served items, queue deliveries, holds); F (the
 write failed) writes it as an error with nothing delivered; a hook process that goes away
 before either falls back to running the hook itself, so the daemon writes nothing for it and
-the receipt is the one that process writes. A request from another version of recalld, or for
+the receipt is the one that process writes. The receipt takes the uid the hook process sent: a
+hook process that gets no D writes one under the same uid, and only the first is stored. A request from another version of recalld, or for
 another RECALLD_HOME, or any request once the hook's code on disk is not what this daemon
 imported (an upgrade it has not restarted for), is refused (R): the hook process runs it itself.
 
@@ -186,7 +187,9 @@ class HookServer:
         if not _same_home(head.get("home")):
             raise Refused("another RECALLD_HOME")
         argv, env, cwd, n = head.get("argv"), head.get("env"), head.get("cwd"), head.get("n")
-        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(env, dict)
+        uid = head.get("uid")
+        if not (isinstance(uid, str) and len(uid) == 32 and all(ch in "0123456789abcdef" for ch in uid)
+                and isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(env, dict)
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
                 and isinstance(cwd, str) and isinstance(n, int) and 0 <= n <= served.MAX_INPUT + 1):
             raise Refused("bad request")
@@ -213,6 +216,9 @@ class HookServer:
             return
         try:
             st = hook_run.begin(head["argv"], head["env"])
+            # the hook process's uid: without our D it writes the receipt itself under it, and the
+            # store's unique uid keeps the run at one receipt whichever commits first
+            st.r["uid"] = head["uid"]
             c.sendall(b"A %d\n" % st.deadline_ms)
             out, after = hook_run.work(st, data, alarm=False, cwd=head["cwd"], conn=conn)
             body = out.encode("utf-8", "replace")

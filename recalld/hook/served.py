@@ -9,7 +9,7 @@ code (recalld.hook.run's begin / work / finish) on its own connection and sends 
 hook writes it to the agent and says so; only then does the daemon write the receipt, and the
 hook exits once it is written (a held act's retry must find its hold).
 
-    hook -> daemon   {"v": 1, "version", "argv", "cwd", "home", "env", "n"}\\n + n input bytes
+    hook -> daemon   {"v": 2, "version", "uid", "argv", "cwd", "home", "env", "n"}\\n + n input bytes
     daemon -> hook   A <deadline ms>\\n        the daemon has taken the run (or R <why>\\n: refused)
     daemon -> hook   O <n>\\n + n output bytes
     hook -> daemon   K\\n  written to stdout   (F\\n: the write failed: the receipt says so)
@@ -21,8 +21,12 @@ refusal: another version, its code changed on disk since it started, another REC
 anything odd) the hook closes the socket, the daemon drops the run, and the hook runs
 in-process as it always did: one receipt either way, and it says why the daemon did not serve
 it (`detail.served`), except when no daemon listens at all (the ordinary case without one).
-Once the output has arrived the run is the daemon's: were the daemon to die between O and K,
-that run would have no receipt, never a second run and the block twice.
+Once the output has arrived the run is the daemon's: running it again here would give the
+agent the block twice. The receipt's uid is the hook process's (`uid` above), so when no D comes
+(the daemon died after its output, or its commit took longer than DONE_S) the hook process
+writes the run's receipt itself under that uid (`record_unconfirmed`): an error saying the
+daemon did not confirm, its output's size, nothing counted as delivered. The uid is unique in
+the store, so whichever of the two commits first is the run's one receipt.
 
 `_socket` rather than `socket`, as in recalld.hook.semantic: `socket` imports selectors and enum.
 """
@@ -34,7 +38,7 @@ from recalld import __version__
 from recalld.core import paths
 
 SOCKET_NAME = "hook.sock"
-PROTOCOL = 1
+PROTOCOL = 2
 # A daemon that has not taken the run this soon is busy with others or stuck: the hook does
 # not queue behind it, it runs itself (under load that spreads the work over both).
 CONNECT_S = 0.05
@@ -87,10 +91,22 @@ def _exactly(s, buf: bytearray, n: int) -> bytes:
     return out
 
 
-def serve(argv: list, data: bytes, write) -> "str | None":
+class Unconfirmed:
+    """The daemon ran the hook and its output went to the agent (`ok`: the write succeeded), but
+    no word came that its receipt is in the store (`why`)."""
+
+    __slots__ = ("uid", "ok", "why", "n")
+
+    def __init__(self, uid: str, ok: bool, why: str, n: int):
+        self.uid, self.ok, self.why, self.n = uid, ok, why, n
+
+
+def serve(argv: list, data: bytes, write, uid: "str | None" = None):
     """Have the daemon run this hook. None: it did (the output went to `write`, the daemon
-    wrote the receipt). Else why not, and nothing was written anywhere: the caller runs it."""
+    wrote the receipt). Unconfirmed: it did, and then the daemon did not say its receipt is
+    written. Else a string, why not, and nothing was written anywhere: the caller runs it."""
     path = socket_path()
+    uid = uid or os.urandom(16).hex()
     try:
         import _socket
 
@@ -106,8 +122,8 @@ def serve(argv: list, data: bytes, write) -> "str | None":
         except (FileNotFoundError, ConnectionRefusedError):
             return "down"  # a socket file left by a daemon that died
         env = {k: v for k, v in os.environ.items() if k.startswith("RECALLD_")}
-        head = {"v": PROTOCOL, "version": __version__, "argv": argv, "cwd": os.getcwd(), "home": paths.home(),
-                "env": env, "n": len(data)}
+        head = {"v": PROTOCOL, "version": __version__, "uid": uid, "argv": argv, "cwd": os.getcwd(),
+                "home": paths.home(), "env": env, "n": len(data)}
         s.sendall(jsonio.dumps(head, ensure_ascii=True).encode("ascii") + b"\n" + data)
         buf = bytearray()
         took = _line(s, buf)
@@ -130,11 +146,15 @@ def serve(argv: list, data: bytes, write) -> "str | None":
         try:
             s.settimeout(DONE_S)
             s.sendall(b"K\n" if ok else b"F\n")
-            _line(s, buf)  # D: the receipt is in the store
-        except (OSError, EOFError, ValueError):
+            done = _line(s, buf)
+        except TimeoutError:
+            return Unconfirmed(uid, ok, "timeout", n)
+        except (OSError, EOFError, ValueError) as e:
             # From the output on the run is the daemon's, whatever happens: running it again here
-            # would give the agent the block twice. (A daemon that died just now leaves no receipt.)
-            pass
+            # would give the agent the block twice.
+            return Unconfirmed(uid, ok, type(e).__name__, n)
+        if done != b"D":
+            return Unconfirmed(uid, ok, "bad answer", n)
         return None
     except TimeoutError:
         return "timeout"
@@ -204,7 +224,42 @@ def main(argv: list, read_stdin) -> tuple:
     why = serve(argv, data, write)
     if why is None:
         return True, None, None
+    if isinstance(why, Unconfirmed):
+        record_unconfirmed(argv, data, why)
+        return True, None, None
     return False, why, data
+
+
+def record_unconfirmed(argv: list, data: bytes, u: Unconfirmed) -> str:
+    """The run's receipt, under the uid the daemon was given, when the daemon did not confirm its
+    own: if the daemon's is in the store (its commit was only slow) the uid is taken and this
+    one is not written. Returns where it went (recalld.core.receipts.record), or "error"."""
+    try:
+        from recalld.core import db, jsonio, receipts, scope
+        from recalld.hook import payloads
+        from recalld.hook import run as hook_run
+
+        st = hook_run.begin(argv)
+        r = st.r
+        r.update(uid=u.uid, outcome="error", error="served: unconfirmed")
+        # What reached the agent is known only as bytes: no item is counted as delivered.
+        r["detail"].update(served=f"unconfirmed: {u.why}", output_bytes=u.n, stdout="written" if u.ok else "failed")
+        try:
+            payload = jsonio.loads(data)
+            hi = payloads.normalize(st.event, payload, st.agent)
+            r["act"], r["session"], r["agent"] = hi.act, hi.session, scope.resolve_agent(payload)
+            r["project"] = scope.resolve(hi.cwd or os.getcwd(), payload).project
+        except Exception:
+            pass
+        try:
+            # the daemon may hold the write lock for this very receipt: wait for it, then its uid is taken
+            conn = db.connect(busy_ms=2000)
+        except Exception:
+            conn = None
+        r["duration_ms"] = None
+        return receipts.record(conn, r)
+    except Exception:
+        return "error"
 
 
 def read_stdin() -> bytes:
