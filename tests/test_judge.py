@@ -57,6 +57,10 @@ def test_the_shipped_models_cover_every_set_of_signals():
             m = calibrated.MODELS[calibrated.kind(lm, embed)]
             assert tuple(m["coef"]) == calibrated.feature_names(lm, embed)
             assert all(math.isfinite(w) for w in m["coef"].values()) and math.isfinite(m["intercept"])
+            d = calibrated.MODELS[calibrated.kind(lm, embed, dialogue=True)]  # a conversation's turns
+            assert tuple(d["coef"]) == calibrated.feature_names(lm, embed, dialogue=True)
+            assert all(math.isfinite(w) for w in [*d["coef"].values(), d["intercept"], *d["calibration"]])
+            assert d["calibration"][1] > 0  # calibrating keeps the order
     assert 0.0 < settings.DEFAULTS["judge"]["threshold"] < 1.0  # a probability
 
 
@@ -74,7 +78,8 @@ def test_features_are_relative_to_the_needs_best_candidate():
     assert a["agree"] == pytest.approx(1 / 3) and b["agree"] == pytest.approx(2 / 3)
     # without the language model every candidate is described, from search (and embedding) alone
     cheap = calibrated.features(cands[:2], lm=False, embed=False)
-    assert set(cheap[0]) == set(calibrated.feature_names(False, False)) and cheap[0]["agree"] == 1.0
+    # (the thread features too: a note's model does not read them, a conversation's turn's does)
+    assert set(cheap[0]) == set(calibrated.feature_names(False, False, dialogue=True)) and cheap[0]["agree"] == 1.0
 
 
 def test_probability_rises_with_every_positive_signal_and_stays_in_0_1():

@@ -49,6 +49,12 @@ L2 = 1.0  # ridge on the standardized coefficients; the sets are small
 # scores them.
 WEIGHTS = {"coding": 1.0, "locomo": 0.0}
 SUBJECT_WEIGHTS = {"coding": 1.0, "locomo": 1.0}
+# The dialogue models (calibrated.dialogue: a turn of a conversation) are fitted on the turns
+# alone, both stages, the thread features in the second: LoCoMo's, the coding set having none.
+# Without a model of their own, a conversation's turns were scored by the notes' model, whose
+# base LoCoMo could not weigh in, and its probability meant less there: of its passes at 0.6,
+# half were right (docs/judge.md, "Conversations").
+DIALOGUE_WEIGHTS = {"coding": 1.0, "locomo": 1.0}
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
 # The judge before this one, for comparison: query likelihood at or above 1.3, first in
 # recalld.judge.rerank's order, every candidate read.
@@ -62,8 +68,8 @@ def coding_data(path=None) -> dict:
 # --------------------------------------------------------------------------- collecting
 
 
-def _row_for(hits, need, ranked, cos, expected: set, answerable: bool, names: dict) -> dict:
-    sig = judge.signals(hits, cos, ranked)
+def _row_for(hits, need, ranked, cos, expected: set, answerable: bool, names: dict, threads=None) -> dict:
+    sig = judge.signals(hits, cos, ranked, threads)
     rs = {r.hit.id: r.rank_score for r in ranked}
     for s, h in zip(sig, hits):
         s["key"] = names[h.id]
@@ -99,7 +105,8 @@ def collect_coding(rt, enc, path=None, k: int = K, verbose: bool = False) -> lis
             for i, n in enumerate(p["needs"]):
                 hits = search(conn, n["need"], sc, limit=k, floor=0.0)
                 ranked, cos = _signals(rt, enc, n["need"], hits)
-                row = _row_for(hits, n["need"], ranked, cos, set(n["expected"]), bool(n["expected"]), names)
+                threads = judge.neighbours(conn, [h.id for h in hits], sc)
+                row = _row_for(hits, n["need"], ranked, cos, set(n["expected"]), bool(n["expected"]), names, threads)
                 row.update(dataset="coding", group=p["name"])
                 rows.append(row)
                 if verbose:
@@ -137,7 +144,8 @@ def collect_locomo(rt, enc, n: int = 300, seed: int = 0, data=None, k: int = K, 
             hits = search(conn, a.question, scopes[a.sample_id], limit=k, floor=0.0)
             ranked, cos = _signals(rt, enc, a.question, hits)
             answerable = a.category != 5
-            row = _row_for(hits, a.question, ranked, cos, set(a.evidence), answerable, maps[a.sample_id])
+            threads = judge.neighbours(conn, [h.id for h in hits], scopes[a.sample_id])
+            row = _row_for(hits, a.question, ranked, cos, set(a.evidence), answerable, maps[a.sample_id], threads)
             row.update(dataset="locomo", group=a.sample_id, category=a.category)
             rows.append(row)
             if verbose and (i + 1) % 10 == 0:
@@ -242,18 +250,27 @@ def _share(k: int, n: int) -> dict:
 # --------------------------------------------------------------------------- fitting
 
 
-def design(rows: list, lm: bool, embed: bool, lm_top: int, models=None, weights: "dict | None" = None) -> tuple:
+def _described(r: dict, lm: bool, embed: bool, lm_top: int, models=None) -> list:
+    """The row's candidates as judge_need describes them to the model of these signals."""
+    if lm:
+        return mask(r, lm_top, embed, models)
+    return [dict(c, cos=c["cos"] if embed else None) for c in r["cands"]]
+
+
+def design(rows: list, lm: bool, embed: bool, lm_top: int, models=None, weights: "dict | None" = None,
+           dialogue: bool = False) -> tuple:
     """(X, y, weight, need index) over the candidates judge_need would describe, the columns
-    calibrated.feature_names. Each set weighs `weights` in total, each of its needs the same."""
-    names = calibrated.feature_names(lm, embed)
+    calibrated.feature_names. Each set weighs `weights` in total, each of its needs the same.
+    `dialogue`: only the turns of conversations (calibrated.dialogue), with the thread features."""
+    names = calibrated.feature_names(lm, embed, dialogue)
     per_set = {}
     for r in rows:
         per_set[r["dataset"]] = per_set.get(r["dataset"], 0) + 1
     X, y, w, idx = [], [], [], []
     for j, r in enumerate(rows):
-        cands = mask(r, lm_top if lm else K, embed, models) if lm else [dict(c, cos=c["cos"] if embed else None) for c in r["cands"]]
+        cands = _described(r, lm, embed, lm_top, models)
         for c, x in zip(cands, calibrated.features(cands, lm, embed, r.get("need", ""))):
-            if x is None:
+            if x is None or (dialogue and not calibrated.dialogue(c)):
                 continue
             X.append([x[f] for f in names])
             y.append(1.0 if c["good"] else 0.0)
@@ -307,46 +324,94 @@ def fit_logistic(X, y, w, l2: float = L2, offset=None) -> dict:
 
 
 def fit_models(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
-               subject_weights: "dict | None" = None, subject: bool = True, without: tuple = ()) -> dict:
-    """The four models on `rows`. The cheap ones first: they choose what the others read. Each
-    in two stages: the base features on `weights` (WEIGHTS), then the subject group on
-    `subject_weights` (SUBJECT_WEIGHTS) with the base score as a fixed offset (`subject=False`:
-    its coefficients stay 0, the judge before the group). The features in `without` are left
-    out of the fit, their coefficients 0 (calibrated.SET_FEATURES: the judge before them)."""
-    import numpy as np
-
+               subject_weights: "dict | None" = None, subject: bool = True, without: tuple = (),
+               dialogue: bool = True) -> dict:
+    """The models on `rows`: four for notes (calibrated.kind), then, when `rows` hold turns of
+    conversations and `dialogue`, four for them. The cheap ones first: they choose what the
+    others read. Each in two stages: the base features on `weights` (WEIGHTS; for the turns
+    DIALOGUE_WEIGHTS), then the subject group (and for the turns the thread features) on
+    `subject_weights` (SUBJECT_WEIGHTS; DIALOGUE_WEIGHTS) with the base score as a fixed offset
+    (`subject=False`: its coefficients stay 0, the judge before the group). The features in
+    `without` are left out of the fit, their coefficients 0 (calibrated.SET_FEATURES: the judge
+    before them). A dialogue model's score is then calibrated (_calibration)."""
     if not subject:
         without = tuple(without) + calibrated.SUBJECT_FEATURES
-    models = {}
+    models: dict = {}
     for embed in (False, True):
         for lm in (False, True):
-            names = calibrated.feature_names(lm, embed)
-            base = [f for f in calibrated.base_feature_names(lm, embed) if f not in without]
-            cols = [names.index(f) for f in base]
-            extra = [i for i, f in enumerate(names) if f in calibrated.SUBJECT_FEATURES and f not in without]
-            X, y, w, idx = design(rows, lm, embed, lm_top, models, weights)
-            X = np.asarray(X, float)
-            m = fit_logistic(X[:, cols], y, w, l2)
-            offset = m["intercept"] + X[:, cols] @ np.asarray(m["coef"])
-            coef = {f: 0.0 for f in names} | dict(zip(base, m["coef"]))
-            if extra:
-                sw = subject_weights or SUBJECT_WEIGHTS
-                n_set = {}
-                for r in rows:
-                    n_set[r["dataset"]] = n_set.get(r["dataset"], 0) + 1
-                w2 = [sw.get(rows[j]["dataset"], 1.0) / n_set[rows[j]["dataset"]] for j in idx]
-                s = fit_logistic(X[:, extra], y, w2, l2, offset=offset)
-                coef |= dict(zip((names[i] for i in extra), s["coef"]))
-            models[calibrated.kind(lm, embed)] = {"intercept": round(m["intercept"], 4),
-                                                 "coef": {f: round(coef[f], 4) for f in names}}
+            models[calibrated.kind(lm, embed)] = _fit_kind(rows, lm, embed, lm_top, models, l2, weights or WEIGHTS,
+                                                           subject_weights or SUBJECT_WEIGHTS, without, False)
+    if not dialogue:
+        return models
+    for embed in (False, True):
+        for lm in (False, True):
+            m = _fit_kind(rows, lm, embed, lm_top, models, l2, DIALOGUE_WEIGHTS, DIALOGUE_WEIGHTS, without, True)
+            if m is None:
+                return models  # no turns of a conversation among the rows
+            key = calibrated.kind(lm, embed, True)
+            models[key] = m
+            m["calibration"] = _calibration(rows, lm, embed, lm_top, models)
     return models
 
 
+def _fit_kind(rows, lm, embed, lm_top, models, l2, weights, subject_weights, without, dialogue) -> "dict | None":
+    import numpy as np
+
+    names = calibrated.feature_names(lm, embed, dialogue)
+    second = calibrated.SUBJECT_FEATURES + calibrated.THREAD_FEATURES
+    base = [f for f in calibrated.base_feature_names(lm, embed, dialogue) if f not in without]
+    cols = [names.index(f) for f in base]
+    extra = [i for i, f in enumerate(names) if f in second and f not in without]
+    X, y, w, idx = design(rows, lm, embed, lm_top, models, weights, dialogue)
+    if not X or (dialogue and sum(y) == 0):
+        return None
+    X = np.asarray(X, float)
+    m = fit_logistic(X[:, cols], y, w, l2)
+    offset = m["intercept"] + X[:, cols] @ np.asarray(m["coef"])
+    coef = {f: 0.0 for f in names} | dict(zip(base, m["coef"]))
+    if extra:
+        n_set = {}
+        for r in rows:
+            n_set[r["dataset"]] = n_set.get(r["dataset"], 0) + 1
+        w2 = [subject_weights.get(rows[j]["dataset"], 1.0) / n_set[rows[j]["dataset"]] for j in idx]
+        s = fit_logistic(X[:, extra], y, w2, l2, offset=offset)
+        coef |= dict(zip((names[i] for i in extra), s["coef"]))
+    return {"intercept": round(m["intercept"], 4), "coef": {f: round(coef[f], 4) for f in names}}
+
+
+def _calibration(rows: list, lm: bool, embed: bool, lm_top: int, models: dict) -> list:
+    """[a, b] such that sigmoid(a + b * logit(p)), for the most probable turn of each need whose
+    candidates hold turns, is the probability that it is the answer: a turn's score is fitted
+    over all the candidates, and the judge passes only the most probable one, which is right
+    more often than its own score says (docs/judge.md, "Conversations")."""
+    import math
+
+    import numpy as np
+
+    zs, ys = [], []
+    for r in rows:
+        cands = _described(r, lm, embed, lm_top, models)
+        ps = calibrated.probabilities(cands, lm, embed, models, r.get("need", ""))
+        turns = [i for i, (c, p) in enumerate(zip(cands, ps)) if p is not None and calibrated.dialogue(c)]
+        if not turns:
+            continue
+        i = max(turns, key=lambda i: (ps[i], -i))
+        p = min(max(ps[i], 1e-9), 1 - 1e-9)
+        zs.append(math.log(p / (1 - p)))
+        ys.append(1.0 if cands[i]["good"] else 0.0)
+    if not zs or not any(ys):
+        return [0.0, 1.0]
+    m = fit_logistic([[z] for z in zs], ys, [1.0] * len(zs), l2=0.01)
+    return [round(m["intercept"], 4), round(m["coef"][0], 4)]
+
+
 def logo(rows: list, lm_top: int = calibrated.LM_TOP, l2: float = L2, weights: "dict | None" = None,
-         subject_weights: "dict | None" = None, subject: bool = True, without: tuple = ()) -> dict:
+         subject_weights: "dict | None" = None, subject: bool = True, without: tuple = (),
+         dialogue: bool = True) -> dict:
     """{group: models fitted without that group's rows}."""
     groups = sorted({r["group"] for r in rows})
-    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights, subject_weights, subject, without)
+    return {g: fit_models([r for r in rows if r["group"] != g], lm_top, l2, weights, subject_weights, subject, without,
+                          dialogue)
             for g in groups}
 
 

@@ -16,8 +16,9 @@ On the same candidates of the same run, each rule decides what passes:
 - the judge before this one: query likelihood >= 1.3, the first in re-ranked order, every
   candidate read by the model;
 - the calibrated judge without its subject group (calibrated.SUBJECT_FEATURES; the judge
-  before the group), held out, and without its set features (calibrated.SET_FEATURES; the
-  judge before them), held out;
+  before the group), held out, without its set features (calibrated.SET_FEATURES; the judge
+  before them), held out, and without its dialogue models (a conversation's turns scored as
+  notes; the judge before them), held out;
 - the calibrated judge (recalld.judge.calibrated, the rule recalld.judge.judge.decide applies,
   the model reading only calibrated.LM_TOP candidates), with and without the embedding signal:
   with the shipped constants (fitted on these sets: in-sample), and leave-one-group-out (each
@@ -63,14 +64,16 @@ def met(o: dict, targets: dict) -> dict:
 def rules(rows: list, threshold: float, floor: float) -> dict:
     """{name: passes(row)} for every rule compared, the held-out ones fitted here."""
     per_group = fj.logo(rows)
-    without = fj.logo(rows, subject=False)
-    before = fj.logo(rows, without=calibrated.SET_FEATURES)
+    without = fj.logo(rows, subject=False, dialogue=False)
+    before = fj.logo(rows, without=calibrated.SET_FEATURES, dialogue=False)
+    notes_only = fj.logo(rows, dialogue=False)
     return {
         "floor (top-1 >= floor)": fj.floor_top1(floor),
         "floor (all >= floor, the pre-step)": fj.floor_all(floor),
         "judge before (ql >= 1.3, re-ranked first)": fj.old_judge(),
         "calibrated without the subject group, embedder, held out": fj.held_out(without, True, threshold),
         "calibrated without the set features, embedder, held out": fj.held_out(before, True, threshold),
+        "calibrated without the dialogue models, embedder, held out": fj.held_out(notes_only, True, threshold),
         "calibrated, embedder, held out": fj.held_out(per_group, True, threshold),
         "calibrated, no embedder, held out": fj.held_out(per_group, False, threshold),
         "calibrated, embedder, shipped": fj.new_judge(True, threshold),

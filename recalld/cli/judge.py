@@ -58,9 +58,13 @@ def register(cli):
             verdict = ("pass" if v.passed else "unjudged" if v.judge_score is None
                        else "outranked" if v.judge_score >= res.threshold else "fail")
             text = " ".join(v.text.split())
+            if v.detail.get("turn"):  # scored by the dialogue model (docs/judge.md, "Conversations")
+                verdict += "*"
             click.echo(f"m{v.memory_id:<6} search {v.search_score:.2f}  ql {'-' if ql is None else f'{ql:+.2f}':>5}  "
                        f"cos {'-' if cos is None else f'{cos:.2f}':>4}  p {p:>5}  {verdict:9} "
                        f"{text[:90]}{'...' if len(text) > 90 else ''}")
+        if any(v.detail.get("turn") for v in res.candidates):
+            click.echo("*: a turn of a conversation, scored by the dialogue model")
         if res.available and res.error:
             click.echo(f"error: {res.error}")
         if res.passed:

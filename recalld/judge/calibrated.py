@@ -31,6 +31,12 @@ need did not separate its answers, docs/judge.md, "What was tried").
 The set features (`SET_FEATURES`, with the embedder) describe the five candidates together:
 when nothing answers, none holds much of the need's own words and no cosine stands out.
 
+A turn of a conversation (`dialogue`: a memory that opens with its author's name, next to
+another author's in its thread) is scored by a model of its own, fitted on conversations' turns with the thread features
+(`THREAD_FEATURES`: does it answer another's question, is it asked about), its score calibrated
+so that a probability of 0.6 means what it means for a note. Scored by the notes' model, a turn
+passed at 0.6 was the answer half the time (docs/judge.md, "Conversations").
+
 Standard library only, and no model is run here: recalld.judge.judge computes the signals.
 """
 
@@ -59,73 +65,180 @@ AGREE_FEATURES = ("agree",)
 # the memory is a question (it asks, it does not answer). The first two are 0 for a plain note,
 # and so is the third unless the note ends in a question mark.
 SUBJECT_FEATURES = ("other", "best_other", "asks")
+# Of a turn of a conversation (`dialogue`):
+# how it sits in its thread. `replies`: the turn before it is another author's question;
+# `asked`: the turn after it is one; `replies_held`: `replies` times the share of the need's
+# own words that question holds. In a conversation the answer is often the turn after the
+# question, which shares few of the need's words, while the turn that brought the topic up
+# holds them all (docs/judge.md, "Conversations").
+THREAD_FEATURES = ("replies", "asked", "replies_held")
+# Words that open a note as a label ("Decision: we ..."), never a speaker.
+_LABELS = frozenset("""
+decision constraint fact procedure preference note notes todo fixme warning error summary update
+question answer context reason why fix bug issue status result results plan step tip rule
+""".split())
 
 # Fitted by `python3 -m recalld.bench.fit_judge` (the run, its data and its cross-validated
-# figures are in docs/judge.md); never edited by hand. Keys: which signals were available.
+# figures are in docs/judge.md); never edited by hand. Keys: which signals were available, and
+# "dialogue/..." for a turn of a conversation (`dialogue`): fitted on LoCoMo's turns with the
+# thread features, its score mapped (`calibration`: a + b * the logit) so that its probability
+# is that of the need's most probable turn being the answer.
 MODELS: dict = {
     "cheap": {
-        "intercept": -3.906,
+        "intercept": -3.9076,
         "coef": {
-            "cov": 10.784,
-            "cov_gap": 8.3459,
-            "rank_gap": 10.5084,
-            "first": 0.4082,
-            "agree": 0.4082,
-            "other": -4.1154,
-            "best_other": -5.1852,
-            "asks": -5.5539
+            "cov": 10.7841,
+            "cov_gap": 8.3243,
+            "rank_gap": 10.4959,
+            "first": 0.409,
+            "agree": 0.409,
+            "other": -4.099,
+            "best_other": -5.1804,
+            "asks": -5.5585
         }
     },
     "lm": {
-        "intercept": -2.9402,
+        "intercept": -2.9457,
         "coef": {
-            "cov": 9.2187,
-            "cov_gap": 8.1763,
-            "rank_gap": 9.6082,
-            "first": 0.2064,
-            "ql": 0.3514,
-            "ql_gap": 2.4833,
-            "agree": -0.0631,
-            "other": -4.2932,
-            "best_other": -4.508,
-            "asks": -5.9346
+            "cov": 9.2137,
+            "cov_gap": 8.1821,
+            "rank_gap": 9.5961,
+            "first": 0.2034,
+            "ql": 0.3531,
+            "ql_gap": 2.4589,
+            "agree": -0.0544,
+            "other": -4.2966,
+            "best_other": -4.4945,
+            "asks": -5.9306
         }
     },
     "cheap+embed": {
-        "intercept": -5.4959,
+        "intercept": -5.4972,
         "coef": {
-            "cov": 2.9755,
-            "cov_gap": 7.6802,
-            "rank_gap": 9.1589,
-            "first": 0.9708,
-            "cos": 6.8127,
-            "cos_gap": 5.3998,
-            "held_max": 2.5187,
-            "cos_spread": 1.3717,
-            "agree": -0.3361,
-            "other": -2.3545,
-            "best_other": -2.2208,
-            "asks": -2.8844
+            "cov": 2.9773,
+            "cov_gap": 7.6548,
+            "rank_gap": 9.1457,
+            "first": 0.972,
+            "cos": 6.8114,
+            "cos_gap": 5.402,
+            "held_max": 2.5172,
+            "cos_spread": 1.3721,
+            "agree": -0.3355,
+            "other": -2.3523,
+            "best_other": -2.2047,
+            "asks": -2.911
         }
     },
     "lm+embed": {
-        "intercept": -4.4125,
+        "intercept": -4.4181,
         "coef": {
-            "cov": 3.0538,
-            "cov_gap": 10.182,
-            "rank_gap": 10.0878,
-            "first": 1.1728,
-            "ql": -0.1586,
-            "ql_gap": 1.896,
-            "cos": 6.7065,
-            "cos_gap": 6.6684,
-            "held_max": 2.9596,
-            "cos_spread": 2.3466,
-            "agree": -1.8049,
-            "other": -3.4343,
-            "best_other": -2.446,
-            "asks": -3.4624
+            "cov": 3.0502,
+            "cov_gap": 10.1656,
+            "rank_gap": 10.074,
+            "first": 1.1713,
+            "ql": -0.1574,
+            "ql_gap": 1.8748,
+            "cos": 6.7027,
+            "cos_gap": 6.6643,
+            "held_max": 2.96,
+            "cos_spread": 2.3452,
+            "agree": -1.7953,
+            "other": -3.4454,
+            "best_other": -2.4193,
+            "asks": -3.4871
         }
+    },
+    "dialogue/cheap": {
+        "intercept": -3.8821,
+        "coef": {
+            "cov": 2.3504,
+            "cov_gap": -1.0073,
+            "rank_gap": 2.6917,
+            "first": 0.6129,
+            "agree": 0.6129,
+            "other": -0.6591,
+            "best_other": -1.356,
+            "asks": -0.3786,
+            "replies": 0.3371,
+            "asked": 0.2889,
+            "replies_held": 1.7341
+        },
+        "calibration": [
+            0.2474,
+            1.0727
+        ]
+    },
+    "dialogue/lm": {
+        "intercept": -4.2207,
+        "coef": {
+            "cov": 1.917,
+            "cov_gap": -4.003,
+            "rank_gap": 3.516,
+            "first": 0.1364,
+            "ql": 0.5013,
+            "ql_gap": -0.6752,
+            "agree": 0.9667,
+            "other": -1.3845,
+            "best_other": -1.0669,
+            "asks": -0.0279,
+            "replies": 0.2302,
+            "asked": 0.1695,
+            "replies_held": 1.3607
+        },
+        "calibration": [
+            0.2973,
+            0.9679
+        ]
+    },
+    "dialogue/cheap+embed": {
+        "intercept": -3.5126,
+        "coef": {
+            "cov": 2.5392,
+            "cov_gap": -0.7961,
+            "rank_gap": 2.03,
+            "first": 0.9199,
+            "cos": -0.7149,
+            "cos_gap": 3.3439,
+            "held_max": -0.1481,
+            "cos_spread": 2.0871,
+            "agree": 0.3405,
+            "other": -0.8622,
+            "best_other": -0.8965,
+            "asks": -0.4589,
+            "replies": 0.3586,
+            "asked": 0.2483,
+            "replies_held": 1.6876
+        },
+        "calibration": [
+            0.2001,
+            1.0082
+        ]
+    },
+    "dialogue/lm+embed": {
+        "intercept": -3.3959,
+        "coef": {
+            "cov": 2.3008,
+            "cov_gap": -3.1326,
+            "rank_gap": 2.8669,
+            "first": 0.4405,
+            "ql": 0.4341,
+            "ql_gap": -0.6116,
+            "cos": -1.7594,
+            "cos_gap": 2.8554,
+            "held_max": 0.0067,
+            "cos_spread": 1.7798,
+            "agree": 0.6435,
+            "other": -1.5057,
+            "best_other": -0.8111,
+            "asks": -0.0779,
+            "replies": 0.2231,
+            "asked": 0.1682,
+            "replies_held": 1.3718
+        },
+        "calibration": [
+            0.2992,
+            1.1597
+        ]
     }
 }
 
@@ -134,14 +247,28 @@ MODELS: dict = {
 LM_TOP = 2
 
 
-def kind(lm: bool, embed: bool) -> str:
-    """The model's key for a set of available signals."""
-    return ("lm" if lm else "cheap") + ("+embed" if embed else "")
+def kind(lm: bool, embed: bool, dialogue: bool = False) -> str:
+    """The model's key for a set of available signals (and for a turn of a conversation)."""
+    return ("dialogue/" if dialogue else "") + ("lm" if lm else "cheap") + ("+embed" if embed else "")
 
 
-def feature_names(lm: bool, embed: bool) -> tuple:
+def feature_names(lm: bool, embed: bool, dialogue: bool = False) -> tuple:
     return (SEARCH_FEATURES + (LM_FEATURES if lm else ()) + (EMBED_FEATURES + SET_FEATURES if embed else ())
-            + AGREE_FEATURES + SUBJECT_FEATURES)
+            + AGREE_FEATURES + SUBJECT_FEATURES + (THREAD_FEATURES if dialogue else ()))
+
+
+def _speaker(text: "str | None") -> str:
+    """The author a memory opens with, unless it is a label ("Decision: ...") or there is none."""
+    who = author(text or "")[0]
+    return who if who and who.split()[0].lower() not in _LABELS else ""
+
+
+def dialogue(c: dict) -> bool:
+    """The candidate is a turn of a conversation: it opens with its author's name, and a memory
+    next to it in its thread (judge.neighbours) opens with another's. (Every LoCoMo candidate
+    is one; a thread of notes by one hand is not.)"""
+    me = _speaker(c.get("text"))
+    return bool(me) and any((w := _speaker(t)) and w != me for t in (c.get("prev_text"), c.get("next_text")))
 
 
 def detail_names(embed: bool) -> tuple:
@@ -150,9 +277,9 @@ def detail_names(embed: bool) -> tuple:
     return (SET_FEATURES if embed else ()) + SUBJECT_FEATURES
 
 
-def base_feature_names(lm: bool, embed: bool) -> tuple:
-    """The features fitted on the coding set alone (recalld.bench.fit_judge, docs/judge.md)."""
-    return tuple(f for f in feature_names(lm, embed) if f not in SUBJECT_FEATURES)
+def base_feature_names(lm: bool, embed: bool, dialogue: bool = False) -> tuple:
+    """The features of the first stage of the fit (recalld.bench.fit_judge, docs/judge.md)."""
+    return tuple(f for f in feature_names(lm, embed, dialogue) if f not in SUBJECT_FEATURES + THREAD_FEATURES)
 
 
 # --------------------------------------------------------------------------- the subject
@@ -252,8 +379,17 @@ def subject_features(cands: list, need: str) -> list:
     return [{k: x[k] for k in SUBJECT_FEATURES} for x in _text_features(cands, need)]
 
 
+def _asks_other(question: "str | None", text: str) -> "str | None":
+    """The body of `question` if it is a question by another author than `text`'s, else None."""
+    if not question:
+        return None
+    who, body = author(question)
+    mine = author(text)[0]
+    return body if who and mine and who != mine and body.rstrip().endswith("?") else None
+
+
 def _text_features(cands: list, need: str) -> list:
-    """SUBJECT_FEATURES and `held_max` per candidate: what the texts alone say."""
+    """SUBJECT_FEATURES, THREAD_FEATURES and `held_max` per candidate: what the texts alone say."""
     need_names = names(need or "")
     need_words = _content(_DATE.sub("", need or ""), set(need_names))
     texts = [c.get("text") or "" for c in cands]
@@ -265,7 +401,18 @@ def _text_features(cands: list, need: str) -> list:
     # The candidate holding most of the need's own words; ties: the better embedding, then search order.
     best = max(range(len(cands)), key=lambda i: (per[i][2], cands[i].get("cos") or 0.0, -i)) if cands else 0
     held_max = max((h for _, _, h in per), default=0.0)
-    return [{"other": o, "best_other": per[best][0], "asks": a, "held_max": held_max} for o, a, _ in per]
+    out = []
+    for c, t, (o, a, _) in zip(cands, texts, per):
+        x = {"other": o, "best_other": per[best][0], "asks": a, "held_max": held_max,
+             "replies": 0.0, "asked": 0.0, "replies_held": 0.0}
+        q = _asks_other(c.get("prev_text"), t)
+        if q is not None:
+            x["replies"] = 1.0
+            if need_words:
+                x["replies_held"] = len(need_words & _content(q, set(need_names))) / len(need_words)
+        x["asked"] = 1.0 if _asks_other(c.get("next_text"), t) is not None else 0.0
+        out.append(x)
+    return out
 
 
 def _spread(xs: list) -> float:
@@ -306,13 +453,16 @@ def features(cands: list, lm: bool, embed: bool, need: str = "") -> list:
             votes.append(c is best_cos)
         # Agreement: the share of the signals that put this candidate first.
         x["agree"] = sum(votes) / len(votes)
-        x.update({f: subj[i][f] for f in SUBJECT_FEATURES})
+        x.update({f: subj[i][f] for f in SUBJECT_FEATURES + THREAD_FEATURES})
         out.append(x)
     return out
 
 
 def probability(x: dict, model: dict) -> float:
     z = model["intercept"] + sum(w * x[f] for f, w in model["coef"].items())
+    cal = model.get("calibration")
+    if cal:
+        z = cal[0] + cal[1] * z
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)
@@ -320,9 +470,12 @@ def probability(x: dict, model: dict) -> float:
 
 
 def probabilities(cands: list, lm: bool, embed: bool, models: "dict | None" = None, need: str = "") -> list:
-    """P(answers the need) per candidate (None for one the language model did not read)."""
-    model = (MODELS if models is None else models)[kind(lm, embed)]
-    return [None if x is None else probability(x, model) for x in features(cands, lm, embed, need)]
+    """P(answers the need) per candidate (None for one the language model did not read). A turn
+    of a conversation is scored by the dialogue model when there is one."""
+    m = MODELS if models is None else models
+    model, turn = m[kind(lm, embed)], m.get(kind(lm, embed, True))
+    return [None if x is None else probability(x, turn if turn is not None and dialogue(c) else model)
+            for c, x in zip(cands, features(cands, lm, embed, need))]
 
 
 def lm_picks(cands: list, embed: bool, top: int = LM_TOP, models: "dict | None" = None, need: str = "") -> list:

@@ -13,6 +13,10 @@ The signals, all computed here in the background pass (never in the hook):
   the texts alone), and, with the embedder, the candidate set as a whole: how much of the
   need's own words its best candidate holds and how far the cosines spread
   (calibrated.SET_FEATURES);
+- for a turn of a conversation (calibrated.dialogue: it opens with its author's name, and the
+  memory before or after it in its thread with another's; neighbours()): does it answer
+  another's question, is it asked about (calibrated.THREAD_FEATURES); a turn is scored by the
+  dialogue model;
 - the embedder's cosine between the need and the memory (recalld.model.embed), when an
   embedder is installed;
 - the small language model's query likelihood: how much the memory helps it predict the need
@@ -107,18 +111,45 @@ def select(cands: list, threshold: float, max_pass: int) -> list:
     return above[: max(0, max_pass)]
 
 
-def signals(hits: list, embedded: "list | None", ranked: "list | None") -> list:
+def signals(hits: list, embedded: "list | None", ranked: "list | None", threads: "dict | None" = None) -> list:
     """The per-candidate signal dicts calibrated.features reads, in search order: `embedded`
     the cosines (or None), `ranked` recalld.judge.rerank's results for the candidates the
-    model read (or None)."""
+    model read (or None), `threads` {memory id: (the text before it in its thread, the text
+    after it)} (neighbours())."""
     by_id = {r.hit.id: r for r in ranked or ()}
     out = []
     for i, h in enumerate(hits):
         r = by_id.get(h.id)
+        prev, nxt = (threads or {}).get(h.id, (None, None))
         out.append({"id": h.id, "score": h.score, "rank": h.rank, "text": h.text,
                     "ql": None if r is None else r.ql, "unm": None if r is None else r.gain,
-                    "cos": None if embedded is None else embedded[i]})
+                    "cos": None if embedded is None else embedded[i], "prev_text": prev, "next_text": nxt})
     return out
+
+
+def neighbours(conn, ids: list, scope: Scope) -> dict:
+    """{memory id: (the text of the memory it follows in its thread, the text of the first one
+    that follows it)}, each None where there is none this scope may read (the one resolver's
+    rule: current memories of this caller's scope). Only ids in a thread are keys. A store
+    without threads pays one index probe."""
+    import sqlite3
+
+    if not ids:
+        return {}
+    try:
+        if conn.execute("SELECT 1 FROM memories WHERE follows IS NOT NULL LIMIT 1").fetchone() is None:
+            return {}
+        where, params = scope.where("m")
+        marks = ",".join("?" * len(ids))
+        prev = dict(conn.execute(f"SELECT c.id, m.text FROM memories c JOIN memories m ON m.id = c.follows "
+                                 f"WHERE c.id IN ({marks}) AND {where}", (*ids, *params)).fetchall())
+        nxt = {}
+        for f, text in conn.execute(f"SELECT m.follows, m.text FROM memories m WHERE m.follows IN ({marks}) "
+                                    f"AND {where} ORDER BY m.id", (*ids, *params)):
+            nxt.setdefault(f, text)
+    except sqlite3.Error:
+        return {}
+    return {i: (prev.get(i), nxt.get(i)) for i in ids if i in prev or i in nxt}
 
 
 def decide(cands: list, embed: bool, threshold: float, max_pass: int, models: "dict | None" = None,
@@ -227,7 +258,8 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
             res.embed_error = f"embedding failed: {type(e).__name__}: {e}"[:300]
         res.embed_ms = (time.perf_counter() - t1) * 1000
     embed = cos is not None
-    picks = calibrated.lm_picks(signals(hits, cos, None), embed, lm_top, need=need)
+    threads = neighbours(conn, [h.id for h in hits], scope)
+    picks = calibrated.lm_picks(signals(hits, cos, None, threads), embed, lm_top, need=need)
     ms0 = runtime.model_ms
     try:
         # One decode per candidate gives both its query likelihood and its re-ranking gain.
@@ -237,7 +269,7 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
     res.model_ms = runtime.model_ms - ms0
     if any(r.ql is not None for r in ranked):
         res.signals.append("lm")
-    sig = signals(hits, cos, ranked)
+    sig = signals(hits, cos, ranked, threads)
     ps, order, passed = decide(sig, embed, threshold, max_pass, need=need)
     xs = calibrated.features(sig, True, embed, need)
     by_id = {r.hit.id: r for r in ranked}
@@ -249,6 +281,9 @@ def judge_need(conn, need: str, scope: Scope, cfg: dict, runtime=None, encoder=N
                                                 ("cos", sig[i]["cos"])) if x is not None}
         if xs[i] is not None:  # what the texts said, for a candidate the probability was read for
             v.detail.update({k: round(xs[i][k], 3) for k in calibrated.detail_names(embed)})
+            if calibrated.dialogue(sig[i]):  # a turn of a conversation: the dialogue model scored it
+                v.detail["turn"] = 1
+                v.detail.update({k: round(xs[i][k], 3) for k in calibrated.THREAD_FEATURES})
     res.ranked = [cands[i] for i in order]
     for i in passed:
         cands[i].passed = True
