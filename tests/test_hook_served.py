@@ -280,12 +280,6 @@ def test_no_daemon_a_dead_one_and_a_stuck_one_leave_one_in_process_receipt(home,
     assert took < 10  # bounded by CONNECT_S and the deadline, not by the daemon
 
 
-def test_the_hook_process_and_the_run_take_the_same_input_cap():
-    from recalld.hook import run
-
-    assert served.MAX_INPUT == run.MAX_INPUT
-
-
 def test_a_commit_is_never_sent_to_the_daemon(server, project):
     assert served.main(["commit"], lambda: b"{}")[:2] == (False, None)
     assert server.state["served"] == 0
