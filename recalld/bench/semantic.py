@@ -32,6 +32,7 @@ at each size, and at the largest a project of a tenth as many memories added to 
 import itertools
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -508,6 +509,7 @@ def latency(enc, quick: bool = False) -> dict:
         conn.close()
     finally:
         restore_home(saved)
+        shutil.rmtree(tmp, ignore_errors=True)  # stores of up to 100k memories: hundreds of MB
     return out
 
 
@@ -524,13 +526,16 @@ def run(quick: bool = False, data=None) -> dict:
         raise Unavailable(f"no embedder: {e}") from None
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-semantic-recall-"))
     cached = Cached(enc)  # the recall figures only: the cost below times the encoder itself
-    rows = collect_coding(cached, tmp)
     try:
-        rows += collect_locomo(cached, tmp, data, quick)
-    except Unavailable as e:
-        locomo_skipped = str(e)
-    else:
-        locomo_skipped = None
+        rows = collect_coding(cached, tmp)
+        try:
+            rows += collect_locomo(cached, tmp, data, quick)
+        except Unavailable as e:
+            locomo_skipped = str(e)
+        else:
+            locomo_skipped = None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     out = {"model": enc.model, "shipped": shipped(), "recall": measure(rows, shipped())}
     if locomo_skipped:
         out["locomo_skipped"] = locomo_skipped
