@@ -386,8 +386,6 @@ def _calibration(rows: list, lm: bool, embed: bool, lm_top: int, models: dict) -
     more often than its own score says (docs/judge.md, "Conversations")."""
     import math
 
-    import numpy as np
-
     zs, ys = [], []
     for r in rows:
         cands = _described(r, lm, embed, lm_top, models)

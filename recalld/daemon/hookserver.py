@@ -13,9 +13,10 @@ same transaction as the rows the run records (served items, queue deliveries, ho
 write failed) writes it as an error with nothing delivered; a hook process that goes away
 before either falls back to running the hook itself, so the daemon writes nothing for it and
 the receipt is the one that process writes. The receipt takes the uid the hook process sent: a
-hook process that gets no D writes one under the same uid, and only the first is stored. A request from another version of recalld, or for
-another RECALLD_HOME, or any request once the hook's code on disk is not what this daemon
-imported (an upgrade it has not restarted for), is refused (R): the hook process runs it itself.
+hook process that gets no D writes one under the same uid, and only the first is stored. A
+request from another version of recalld, or for another RECALLD_HOME, or any request once the
+hook's code on disk is not what this daemon imported (an upgrade it has not restarted for), is
+refused (R): the hook process runs it itself.
 
 The threads stop with the daemon; the socket file goes with them (only our own: a newer
 daemon's is left alone).

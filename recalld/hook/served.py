@@ -101,12 +101,12 @@ class Unconfirmed:
         self.uid, self.ok, self.why, self.n = uid, ok, why, n
 
 
-def serve(argv: list, data: bytes, write, uid: "str | None" = None):
+def serve(argv: list, data: bytes, write):
     """Have the daemon run this hook. None: it did (the output went to `write`, the daemon
     wrote the receipt). Unconfirmed: it did, and then the daemon did not say its receipt is
     written. Else a string, why not, and nothing was written anywhere: the caller runs it."""
     path = socket_path()
-    uid = uid or os.urandom(16).hex()
+    uid = os.urandom(16).hex()  # the run's receipt's, whoever writes it
     try:
         import _socket
 
