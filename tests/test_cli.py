@@ -108,3 +108,10 @@ def test_config_keys_lists_every_setting_with_its_default_and_meaning(home):
     assert all(r["meaning"] for r in rows) and "daemon.serve_hooks" in by
     text = ok(["config", "keys"])
     assert "judge.threshold = 0.6  (a number 0..1)" in text
+
+
+def test_receipts_says_when_a_filter_matches_nothing(home, project):
+    assert ok(["receipts"]).strip() == "no receipts yet"
+    run_recalld(["hook", "prompt-submit"], json.dumps({"prompt": "x", "cwd": str(project), "session_id": "s1"}).encode())
+    assert ok(["receipts", "--session", "other"]).strip() == "no receipts match --session other"
+    assert "prompt-submit" in ok(["receipts", "--session", "s1"])

@@ -219,7 +219,8 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
         echo_json(recs)
         return
     if not recs:
-        click.echo("no receipts yet")
+        asked = [f"--{k} {v}" for k, v in (("session", session), ("hook", hook), ("source", source)) if v]
+        click.echo(f"no receipts match {' '.join(asked)}" if asked else "no receipts yet")
         return
     click.echo(f"{'time':19} {'source':7} {'hook':13} {'act':11} {'outcome':8} {'ms':>7} {'cand':>4} {'del':>3} {'cut':>3} {'wh':>3}  ids / error")
     for r in reversed(recs):
