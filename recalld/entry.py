@@ -4,7 +4,6 @@
 outside the standard library is imported; everything else goes to the click CLI.
 """
 
-import sqlite3
 import sys
 
 
@@ -22,6 +21,8 @@ def main() -> None:
         rc = mcp_main(argv[1:])
         if rc >= 0:
             sys.exit(rc)
+    import sqlite3  # here, not at the top: the hook and the MCP server above never need it this early
+
     try:
         from recalld.cli.main import cli
 
