@@ -136,3 +136,19 @@ def test_the_fit_learns_replies_from_conversations_and_calibrates_the_most_proba
     # rows without a conversation's turns get no dialogue model (the notes' model scores everything)
     plain = [dict(r, cands=[dict(c, prev_text=None, next_text=None) for c in r["cands"]]) for r in rows]
     assert not any(k.startswith("dialogue/") for k in fj.fit_models(plain, lm_top=3))
+
+
+def test_fitting_rows_without_neighbours_says_no_dialogue_model_was_fitted(tmp_path, capsys):
+    import json
+
+    from recalld.bench import fit_judge as fj
+
+    rows = [_row(f"c{g}", True, [(TOPIC, None, None), (REPLY, None, None)], g % 2) for g in range(4)]
+    rows += [_row(f"n{g}", True, [("note one", None, None), ("note two", None, None)], g % 2, "coding")
+             for g in range(4)]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    assert fj.main(["fit", str(path)]) == 0
+    out = capsys.readouterr()
+    assert "no dialogue model fitted" in out.err
+    assert not any(k.startswith("dialogue/") for k in json.loads(out.out)["models"])

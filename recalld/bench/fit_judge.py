@@ -500,6 +500,9 @@ def main(argv=None) -> int:
         out["embed" if embed else "no_embed"] = {"threshold": t, "held_out": curve[t]}
     models = fit_models(rows, a.lm_top, a.l2)
     out["models"] = models
+    if any(r["dataset"] == "locomo" for r in rows) and not any(k.startswith("dialogue/") for k in models):
+        print("no dialogue model fitted: no candidate is a turn of a conversation (rows collected before "
+              "`collect` stored the thread neighbours? collect them again)", file=sys.stderr)
     print(json.dumps(out, indent=1))
     if a.write:
         write_models(models)
