@@ -16,8 +16,7 @@ import _sqlite3 as sqlite3
 
 from recalld import agents
 from recalld.core import db, jsonio, pack, paths, receipts, scope, settings
-from recalld.hook import payloads
-from recalld.hook.served import MAX_INPUT  # the cap the hook process reads its input with
+from recalld.hook import MAX_INPUT, payloads
 
 # Everything between HEADER and FOOTER is stored text passed through fence.as_data, so no
 # line of it can end this block or pose as a harness tag or turn; the header says what it is.

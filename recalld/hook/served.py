@@ -36,6 +36,7 @@ import sys
 
 from recalld import __version__
 from recalld.core import paths
+from recalld.hook import MAX_INPUT
 
 SOCKET_NAME = "hook.sock"
 PROTOCOL = 2
@@ -45,7 +46,6 @@ CONNECT_S = 0.05
 GRACE_S = 0.1  # past the daemon's deadline, for the answer to travel
 DONE_S = 2.0  # for the receipt's commit (a store busy with other writers waits up to its busy timeout)
 MAX_OUTPUT = 1 << 22
-MAX_INPUT = 32 * 1024 * 1024  # the input a hook takes (one byte more is read, so the run can refuse it)
 # The one act the daemon cannot run for the hook: a git hook's commit reads the repository
 # with git in the hook's own directory, and its stdin may never reach EOF.
 LOCAL_EVENTS = ("commit",)
