@@ -19,7 +19,7 @@ MEANINGS: dict = {
     "judge.threshold": "The probability that a memory answers the need (recalld.judge.calibrated) at which the background judge passes it (docs/judge.md).",
     "judge.max_candidates": "Search results the judge considers for one need.",
     "judge.max_pass": "How many of the most probable candidates may pass at most; 0 passes nothing.",
-    "judge.timeout_s": "Seconds a judge pass may take before it gives up and passes nothing.",
+    "judge.timeout_s": "Seconds the model may spend on one judge pass; a candidate it has not read by then cannot pass.",
     "queue.expire_steps": "Hook runs of the session after which a queued (judged) memory that was not delivered expires.",
     "queue.expire_minutes": "Minutes after which a queued memory that was not delivered expires.",
     "models.judge": "The judge's GGUF file; \"off\" disables the judge; null looks in RECALLD_MODEL, models/ directories, then the embedded default (recalld/model/resolve.py).",
