@@ -320,8 +320,8 @@ def config_set(key, value):
 
 
 # Every command module, listed where it is wired (no discovery by scanning).
-from recalld.cli import bench, crystals, daemon, embed, export, install, judge, models, proposals  # noqa: E402
+from recalld.cli import bench, crystals, daemon, demo, embed, export, install, judge, models, proposals  # noqa: E402
 
-COMMAND_MODULES = (bench, crystals, daemon, embed, export, install, judge, models, proposals)
+COMMAND_MODULES = (bench, crystals, daemon, demo, embed, export, install, judge, models, proposals)
 for _mod in COMMAND_MODULES:
     _mod.register(cli)
