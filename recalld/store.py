@@ -2,7 +2,7 @@
 
 A write returns only after it is durable (WAL + synchronous=FULL, one transaction) and returns
 every record it changed. Superseding marks, never deletes; validity comes from the write's
-own clock, never from dates inside the text (seed 002: a date in the prose back-dated a rule).
+own clock, never from dates inside the text (a date in the prose once back-dated a rule).
 """
 
 import json

@@ -4,7 +4,7 @@
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
 turn end; a finished session's last turn too, as `propose --history` reads it), with the real embedded model, in a fresh RECALLD_HOME, over every
-transcript the labels say were read (default: ../shared/data/transcripts/claude-code with
+transcript the labels say were read (default: the shared data folder's data/transcripts/claude-code with
 benchmarks/capture_labels.json; any other directory of Claude Code or Codex transcripts with a
 labels file of the same shape works). A labels file lists, per transcript, the statements a
 reader marked worth remembering: {file, line, uuid, also: [other lines saying the same],

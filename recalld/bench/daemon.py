@@ -4,11 +4,11 @@ idle CPU, CPU seconds per pass.
 
     recalld bench daemon [--quick] [--json]
 
-Targets: tailing >= 20 MB/s parsed and stored (issue 3); append -> queued p50 <= 1.5 s on the
-2-core machine (issue 16; it was under 3 s).
+Targets: tailing >= 20 MB/s parsed and stored; append -> queued p50 <= 1.5 s on the
+2-core machine.
 
 How each figure is measured:
-- throughput: the shared Claude Code transcripts (../shared/data/transcripts/claude-code),
+- throughput: the shared Claude Code transcripts (the shared data folder's data/transcripts/claude-code),
   copied N times under a fresh root, read by one `Tailer.rescan()` into a fresh store (parse +
   redaction + SQLite insert + offset rows). Parse-only MB/s is reported beside it. Three runs;
   the median is the figure, every run is listed.

@@ -1,4 +1,4 @@
-"""The hook's own cost on a user-style install (issue 17).
+"""The hook's own cost on a user-style install.
 
 Creates a fresh venv, installs the project into it the way the README does (`pip install
 <checkout>`, not editable), installs the hooks into a throwaway HOME with that venv's

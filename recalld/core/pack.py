@@ -1,6 +1,6 @@
 """The packer: one character budget per act, shared by every source (standard library only).
 
-Rules (seed 000, docs/crystals.md "The packer"):
+Rules (docs/crystals.md "The packer"):
 
 - Each act has a budget (default 4,000 chars) and a per-item cap (default 2,000). The cap
   never exceeds the budget.
