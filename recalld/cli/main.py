@@ -251,7 +251,7 @@ def hook(event, agent, deadline_ms):
               "inside it, never another project.")
 def mcp(root):
     """Serve search, remember, history, retract (and more) as MCP tools over stdio."""
-    from recalld.mcp_stdio import serve  # ready for tools/list before the mcp SDK has loaded
+    from recalld.mcp.stdio import serve  # ready for tools/list before the mcp SDK has loaded
 
     serve(root)
 

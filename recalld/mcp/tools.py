@@ -188,6 +188,6 @@ def build(root: "str | None" = None, env: "dict | None" = None):
 
 
 def serve(root: "str | None" = None) -> None:
-    """The SDK's server alone over stdio; `recalld mcp` is recalld/mcp_stdio.py, which answers
+    """The SDK's server alone over stdio; `recalld mcp` is recalld/mcp/stdio.py, which answers
     the first lines itself while this loads, then relays to it."""
     build(root).run()
