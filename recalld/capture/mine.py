@@ -18,14 +18,14 @@ span, a score or a receipt.
 import re
 from dataclasses import dataclass, field
 
-from recalld.capture import policies
+from recalld.capture import policies, rules
 
 # --- what is read --------------------------------------------------------------------------
 
 # Text the harness writes into the user's turn: not the user speaking.
 HARNESS_PROMPTS = ("[Request interrupted", "<command-name>", "<command-message>", "<local-command",
                    "Caveat:", "<system-reminder>", "<user-prompt-submit-hook>", "<bash-input>",
-                   "<bash-stdout>", "<bash-stderr>")
+                   "<bash-stdout>", "<bash-stderr>", "<task-notification>", "Tool loaded.")
 # Tool errors about the agent's use of the tool (or the user declining it), not the project.
 HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The user doesn't want to take this action",
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
@@ -385,7 +385,10 @@ def mine(events: list) -> Mined:
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
+            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st) or rules.is_trivia(st)):
+                continue
             s, kind, cues = score(st, role)
+            kind = rules.kind_of(st, role, kind)
             spans.append(Span(text=st, role=role, line=line, uuid=uuid, kind=kind, score=s, cues=cues))
     spans.extend(_error_spans(order, errors))
     spans.extend(_run_spans(order))
@@ -394,7 +397,8 @@ def mine(events: list) -> Mined:
     for sp in spans:
         if sp.score < FLOOR or not (set(sp.cues) & SEMANTIC or sp.role == "answer"):
             continue
-        if sp.role not in ("error", "command") and policies.is_narration(sp.text):  # its parts were checked
+        # The user's "let's use X" is a decision, not narration; an error's parts were checked.
+        if sp.role not in ("error", "command", "user", "answer") and policies.is_narration(sp.text):
             continue
         key = policies._norm(sp.text)
         if key not in best or sp.score > best[key].score:
@@ -407,11 +411,13 @@ def _head(cmd: str) -> str:
     return " ".join(cmd.split()[:2])
 
 
-def _fix_statement(text: str) -> "str | None":
-    """The claim in what the agent said after an error: "Let me fix X by Y:" -> "fix X by Y"."""
+def _fix_statement(text: str, head: str) -> "str | None":
+    """The claim in what the agent said after an error: "Let me fix X by Y:" -> "fix X by Y",
+    when it names the error or its subject and is more than a fix's trivia."""
     for st in statements(text):
         st = tighten(FIX_LEAD.sub("", st)).rstrip(":").strip()
-        if len(_content(st)) >= 4 and not policies.is_narration(st):
+        if len(_content(st)) >= 4 and not policies.is_narration(st) and rules.links(head, st) \
+                and not rules.is_trivia(st) and not rules.of_the_moment(st):
             return st
     return None
 
@@ -437,7 +443,7 @@ def _error_spans(order: list, errors: list) -> list:
         for kind, payload in after:
             if kind == "text":
                 t, tev = payload
-                got = _fix_statement(t)
+                got = _fix_statement(t, f"{cmd} {err}")
                 if got:
                     fix_text, fix_line = got, tev.line_no
                     break
@@ -457,7 +463,8 @@ def _error_spans(order: list, errors: list) -> list:
                 if k != "text":
                     continue
                 cause = next((tighten(st) for st in statements(p[0]) if CAUSE.search(st)
-                              and not PROGRESS.search(st) and not policies.is_narration(st)), None)
+                              and not PROGRESS.search(st) and not policies.is_narration(st)
+                              and rules.links(f"{cmd} {err}", st) and not rules.of_the_moment(st)), None)
                 if cause:
                     fix_line = p[1].line_no
                     break

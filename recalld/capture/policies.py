@@ -178,12 +178,34 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
             continue
         redactions.update(d.redactions)
         reason = _reason(d, c, memories, seen, requests, window, len(kept))
+        if reason == "duplicate_proposal" and kept:
+            # The same thing twice in one pass: the better-worded one stays (the more confident,
+            # then the shorter), and it keeps the other's provenance in its why.
+            score, i = _closest(d.text, [k.text for k in kept])
+            if i is not None and score >= float(c["duplicate_ratio"]):
+                k = kept[i]
+                better, worse = (d, k) if _better(d, k) else (k, d)
+                better.why = _also(better.why, worse)
+                kept[i] = better
+                seen[len(pending) + i] = better.text
+                rejected.append((worse, "duplicate_proposal"))
+                continue
         if reason:
             rejected.append((d, reason))
             continue
         kept.append(d)
         seen.append(d.text)
     return Screened(kept, rejected, redactions)
+
+
+def _better(a: Draft, b: Draft) -> bool:
+    """Whether a is the better-worded of two drafts saying the same: more confident, then shorter."""
+    return ((a.confidence or 0.0), -len(a.text)) > ((b.confidence or 0.0), -len(b.text))
+
+
+def _also(why: str, other: Draft) -> str:
+    where = f"line {other.line}" + (f"-{other.line_to}" if other.line_to and other.line_to != other.line else "")
+    return f"{why}; also said at {where}" if other.line is not None else why
 
 
 def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) -> "str | None":
@@ -199,7 +221,7 @@ def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) ->
         return "too_long"
     if is_repetitive(text):
         return "repetitive"
-    if is_narration(text):
+    if d.role not in ("user", "answer") and is_narration(text):  # the user's "let's use X" decides
         return "narration"
     if window is not None and (invented_numbers(text, window)
                                or grounding(text, window) < float(c["min_grounding"])):
