@@ -96,3 +96,28 @@ def test_the_agent_thinking_aloud_is_not_mined_but_the_user_deciding_is():
     assert not any("reconsidering" in t or "let me" in t.lower() for t in texts)
     user = [sp for sp in spans if sp.role == "user"]
     assert user and user[0].kind == "decision"
+
+
+def test_a_duplicate_in_one_pass_keeps_the_better_worded_draft_and_both_provenances():
+    from recalld.capture import policies
+
+    first = policies.Draft(kind="fact", confidence=0.98, role="reasoning", line=23, why="a fact; line 23",
+                           text="Additionally, the rock uses a virtualenv at `/opt/venv/bin/python3.10` which should "
+                                "be used instead of just `python3`.")
+    second = policies.Draft(kind="fact", confidence=0.87, role="agent", line=52, why="a fact; line 52",
+                            text="The rock builds the app into `/opt/app/App/app.py` and uses a virtualenv at "
+                                 "`/opt/venv/bin/python3.10`, but the charm was trying to use just `python3`.")
+    other = policies.Draft(kind="fact", confidence=0.9, role="agent", line=60, why="a fact; line 60",
+                           text="The integration tests use a broken OCI image, so they only test failures.")
+    out = policies.screen([first, second, other])
+    assert [d.line for d in out.kept] == [52, 60]
+    assert "also said at line 23" in out.kept[0].why
+    assert [(d.line, r) for d, r in out.rejected] == [(23, "duplicate_proposal")]
+
+
+def test_two_statements_about_one_name_are_not_merged_when_they_say_different_things():
+    from recalld.capture import policies
+
+    a = "`mix igniter.install` can add them to mix.exs automatically, even without custom installers"
+    b = "Install via `mix igniter.install`, generate the Credo config, and add a unified `mix quality` alias."
+    assert not policies.same_claim(a, b, 88)

@@ -385,7 +385,7 @@ def mine(events: list) -> Mined:
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
-            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st) or rules.is_trivia(st)):
+            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
                 continue
             s, kind, cues = score(st, role)
             kind = rules.kind_of(st, role, kind)

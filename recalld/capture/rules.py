@@ -40,7 +40,7 @@ _PLAN = re.compile(
     r"i(?:'ll| will| need to| should| want to| must| can| could| am going to|'m going to| would)\b|"
     r"we(?:'ll| will| need to|'d need to| would need to)\b|i'd (?:suggest|recommend)\b|"
     r"(?:would|do|shall) you (?:like|want)\b|want me to\b|should i\b|shall i\b|"
-    r"looking at\b|checking\b|reading\b|searching\b|the user (?:wants|is asking|asked|said|has|hasn't)\b|"
+    r"looking at\b|checking\b|reading\b|searching\b|the (?:error|output|log|result)s? (?:shows?|says|indicates?)\b|the user (?:wants|is asking|asked|said|has|hasn't)\b|"
     r"this (?:is|was) (?:a |an )?(?:really |very )?(?:good|great|excellent|smart|interesting) (?:idea|approach|point)\b)",
     re.I)
 _DOUBT = re.compile(
@@ -51,15 +51,26 @@ _DOUBT = re.compile(
     r"^(?:it )?(?:seems|looks) like (?:the|this|it)\b.*\b(?:might|may|probably|likely)\b", re.I)
 
 
-def of_the_moment(text: str) -> bool:
+# In the agent's reasoning a statement that opens with a bare verb is an item of its plan
+# ("Check if there's already a rockcraft.yaml", "Understand what the workload does").
+# Where in a file the agent is looking ("Line 32: uses python3", "src/charm.py:251 runs"): the
+# spot changes with the next edit.
+_SPOT = re.compile(r"^(?:lines? \d+(?:[-–]\d+)?|[\w./-]+\.\w+:\d+(?:-\d+)?)\b[:,]?", re.I)
+_TODO = re.compile(r"^(?:check|understand|look|read|find|search|explore|investigate|review|consider|verify|"
+                   r"confirm|test|try|run|add|create|update|implement|write|fix|make sure|ensure|figure out|"
+                   r"see|determine|identify|plan|draft|decide|start|continue|move on|go through)\b", re.I)
+
+
+def of_the_moment(text: str, role: str = "agent") -> bool:
     """A plan, a doubt or narration of the agent's own work: not a fact that outlives the turn."""
     t = text.strip().lstrip("-*> ")
-    return bool(_PLAN.search(t) or _DOUBT.search(t))
+    return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t) or (role == "reasoning" and _TODO.search(t)))
 
 
 # --- trivia of a fix -------------------------------------------------------------------------
 
 _TRIVIA = re.compile(
+    r"^(?:[\w./`-]+:\s+)?(?:documented|noted|mentioned|listed)\b|"
     r"^(?:(?:this|that|it|which) (?:was |is )?)?(?:fixed|resolved|solved) by\b|"
     r"^(?:(?:the|all|any) )?(?:unused|dead|duplicate|stale|old|leftover)\b[^.]{0,60}\b(?:removed|deleted|dropped|cleaned up)\b|"
     r"^(?:removed|deleted|dropped|renamed|extracted|moved|cleaned up|tidied|reformatted|refactored|"
@@ -117,7 +128,7 @@ PROCEDURE = re.compile(
     r"\bworkflow\b|\bstep \d\b|\buv run\b|\b(?:pipeline|pipe ?line):|→ [\w ]+ →|"
     r"\bthe (?:command|way) to\b|\b(?:can be|is) (?:run|started|built|tested) (?:with|by|from)\b", re.I)
 RULE = re.compile(
-    r"\b(?:must(?:n't| not)?|never|always|do not|don't|cannot|can't|shouldn't|should not|should use|"
+    r"\b(?:must(?:n't| not)?|never|always|do not|don't|cannot|can't|shouldn't|should not|should (?:be )?used?|"
     r"requires?|required|make sure|avoid|only (?:use|run|call))\b", re.I)
 # A description of what code does ("the handler must return", "X always returns Y") is a fact:
 # the rule words are about the code's behaviour, not an instruction to whoever works on it.
@@ -125,6 +136,10 @@ DESCRIBES_CODE = re.compile(r"^(?:the |this |that |a |an )?[`\w.()-]+(?: [`\w.()
                             r"(?:always|never|must|cannot|can't|doesn't|does not|won't) "
                             r"(?:return|returns|raise|raises|emit|emits|call|calls|fire|fires|complete|"
                             r"completes|apply|applies|catch|catches|run|runs|affect|affects|handle|handles)\b", re.I)
+
+
+# "The service is trying to run `x`" reports what happened, it is not how to run anything.
+_ATTEMPT = re.compile(r"\b(?:trying|tries|tried|attempting|attempts|attempted|was|were|is) to (?:run|execute|call)\b", re.I)
 
 
 def kind_of(text: str, role: str, cue_kind: str) -> str:
@@ -138,7 +153,7 @@ def kind_of(text: str, role: str, cue_kind: str) -> str:
         return "decision"
     if role in ("user", "delegation") and cue_kind == "preference":
         return "preference"
-    if PROCEDURE.search(t) and role != "error":
+    if PROCEDURE.search(t) and role != "error" and not _ATTEMPT.search(t):
         return "procedure"
     if RULE.search(t) and not DESCRIBES_CODE.search(t):
         return "constraint"
@@ -146,4 +161,8 @@ def kind_of(text: str, role: str, cue_kind: str) -> str:
         return "decision"
     if cue_kind == "constraint" and role == "error":
         return "constraint"
+    # "uses `python3` instead of the venv" from the agent is how things are, not a choice made:
+    # a decision needs a decision said as one (above), or the user saying it.
+    if cue_kind == "decision" and role not in ("user", "answer"):
+        return "fact"
     return "fact" if cue_kind in ("constraint", "fact") else cue_kind
