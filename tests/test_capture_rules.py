@@ -16,9 +16,18 @@ from recalld.capture import mine, rules
     "Looking at the roadmap: Phase 8 and Phase 10 remain open",
     "The user wants the rock built and pushed as part of CI",
     "Would you like me to implement the mock server now?",
+    "A mock server would let us test the charm when the workload is actually working",
+    "WebFetch can't get me the detailed logs of the failed job",
+    "Line 32: uses `python3` instead of `/opt/venv/bin/python3.10`",
 ])
 def test_plans_doubts_and_narration_are_of_the_moment(text):
     assert rules.of_the_moment(text)
+
+
+def test_the_reasonings_plan_items_are_of_the_moment_but_an_agents_instruction_is_not():
+    text = "Check if there's already a rockcraft.yaml or rock configuration"
+    assert rules.of_the_moment(text, "reasoning")
+    assert not rules.of_the_moment("Run `mix credo gen.config` to generate `.credo.exs` with defaults", "agent")
 
 
 @pytest.mark.parametrize("text", [

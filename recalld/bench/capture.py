@@ -1,34 +1,36 @@
-"""Capture against labels: do the proposer's drafts say what a person marked worth remembering?
+"""Capture against labels: would a person approve the proposer's drafts?
 
     recalld bench capture [--data DIR] [--labels FILE] [--json]
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
-turn end; a finished session's last turn too, as `propose --history` reads it), with the real embedded model, in a fresh RECALLD_HOME, over every
-transcript the labels say were read (default: ../shared/data/transcripts/claude-code with
-benchmarks/capture_labels.json; any other directory of Claude Code or Codex transcripts with a
-labels file of the same shape works). A labels file lists, per transcript, the statements a
-reader marked worth remembering: {file, line, uuid, also: [other lines saying the same],
-statement}.
+turn end; a finished session's last turn too, as `propose --history` reads it), with the real
+embedded model, in a fresh RECALLD_HOME, over two labelled sets: the shared Claude Code
+transcripts (../shared/data/transcripts/claude-code with benchmarks/capture_labels.json) and the
+real sessions of other projects committed in benchmarks/capture/ (labels.json, SOURCES.md);
+`--data/--labels` name one set instead (Claude Code, Codex or Gemini CLI transcripts with a
+labels file of the same shape). A label is {file, line, uuid, also: [other lines saying the
+same], statement, strength 0-3, keep}; the older file's labels are all strength 2, keep.
 
 A stored proposal matches a label of its transcript when it quotes the statement (rapidfuzz
 similarity of the two, word order ignored, >= MATCH) and was said on one of the label's lines,
 or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Figures:
 
-- proposals per turn and per substantive turn (a turn with a request and at least
-  SUBSTANTIVE statements), good (label-matched) proposals per substantive turn (target >= 1/3);
-- precision: matched proposals / proposals (target >= 0.6); recall: labels matched by at least
-  one proposal / labels (target >= 0.5); both also for cue ranking without the model;
+- precision: proposals matching a label marked worth keeping / proposals (target >= 0.6);
+- recall: labels of strength >= 2 matched by a proposal / such labels (target >= 0.5);
+- proposals per 20 substantive turns (a turn the user asked something in, a slash command's
+  body too, with at least SUBSTANTIVE statements; target <= 12);
+- duplicates: pairs of one session's proposals that match the same label or are >= DUPLICATE
+  alike (target 0);
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
 - failed passes: outcome error or timeout (must be 0);
-- seconds per pass (p50 target <= 10 on 2 cores) and model seconds per pass; sessions per
-  minute over the whole set (parse, mine, judge, store: what `propose --history` does);
-- the same precision and recall per group of transcripts (the source project, spotter-* vs
-  viewer-*): the held-out check, a change derived from one group is judged on the other;
-- the model's separation: AUC of its log-odds, and of the cue score, for judged candidates that
-  match a label against those that do not.
+- every figure per source project (`groups`) and over the projects outside FIT_PROJECTS
+  (`held_out`): the figures that count, no rule was read off those transcripts;
+- seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
+  log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
+- both for the model's ranking and for cue ranking alone (`cues_only`).
 
-Every stored proposal is listed (file, line, matched label) so a reader can judge precision
-by reading, not only by the labels (docs/capture.md reports such a reading).
+Every stored proposal is listed (file, line, kind, matched label) so a reader can judge
+precision by reading, not only by the labels (docs/capture.md reports such a reading).
 """
 
 import json

@@ -47,7 +47,8 @@ _DOUBT = re.compile(
     r"^(?:actually|wait|hmm+|hm|oh|ah|aha|interesting|oops|sorry)\b|"
     r"\b(?:i'm|i am) (?:reconsidering|not sure|unsure|wondering|thinking)\b|\bi (?:don't|do not) think\b|"
     r"\b(?:might|may|could) be (?:a )?(?:false positive|wrong|related|the (?:issue|problem|cause))\b|"
-    r"\bi (?:wonder|suspect|guess)\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
+    r"\bi (?:wonder|suspect|guess)\b|\bwould (?:let|allow|enable|help|give) (?:us|you|me)\b|"
+    r"\b(?:get|give|show|send|tell) me\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
     r"^(?:it )?(?:seems|looks) like (?:the|this|it)\b.*\b(?:might|may|probably|likely)\b", re.I)
 
 
