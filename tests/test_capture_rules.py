@@ -130,3 +130,24 @@ def test_two_statements_about_one_name_are_not_merged_when_they_say_different_th
     a = "`mix igniter.install` can add them to mix.exs automatically, even without custom installers"
     b = "Install via `mix igniter.install`, generate the Credo config, and add a unified `mix quality` alias."
     assert not policies.same_claim(a, b, 88)
+
+
+def test_the_users_lower_case_sentences_are_cut_and_their_instructions_kept():
+    prompt = ("read the notes for context. this is a bug, but the server coerces the values and that won't "
+              "change so it causes no problems. note that most services are Python but two are Go. "
+              "don't touch the `analysis/writeups` folder, i will do that myself.")
+    spans = mine.mine([_ev("prompt", 1, prompt, role="user")]).spans
+    texts = {sp.text: sp for sp in spans}
+    assert any(t.startswith("don't touch the `analysis/writeups` folder") for t in texts)
+    assert next(sp for t, sp in texts.items() if t.startswith("don't touch")).kind == "preference"
+    assert any(t.startswith("most services are Python but two are Go") for t in texts)
+    assert all(len(t) < 150 for t in texts)
+
+
+def test_a_delegating_tools_launch_notice_is_not_a_report():
+    notice = ("Async agent launched successfully.\nagentId: a60df47465bbd47cf (internal ID - do not mention to "
+              "user. Use to resume later if needed.)\nDo not duplicate this agent's work.")
+    events = [_ev("prompt", 1, "classify the fixes of every repository", role="user"),
+              _ev("tool_call", 2, tool="Task", tool_input={"prompt": "classify"}),
+              _ev("tool_result", 3, notice, tool="Task")]
+    assert not [sp for sp in mine.mine(events).spans if sp.role == "report"]

@@ -48,7 +48,8 @@ _DOUBT = re.compile(
     r"\b(?:i'm|i am) (?:reconsidering|not sure|unsure|wondering|thinking)\b|\bi (?:don't|do not) think\b|"
     r"\b(?:might|may|could) be (?:a )?(?:false positive|wrong|related|the (?:issue|problem|cause))\b|"
     r"\bi (?:wonder|suspect|guess)\b|\bwould (?:let|allow|enable|help|give) (?:us|you|me)\b|"
-    r"\b(?:get|give|show|send|tell) me\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
+    r"\b(?:get|give|show|send|tell) me\b|\bprobably\b|"
+    r"\b(?:needs? updating|already (?:done|updated|covered)|nothing (?:else )?to (?:update|change))\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
     r"^(?:it )?(?:seems|looks) like (?:the|this|it)\b.*\b(?:might|may|probably|likely)\b", re.I)
 
 
@@ -65,6 +66,8 @@ _TODO = re.compile(r"^(?:check|understand|look|read|find|search|explore|investig
 def of_the_moment(text: str, role: str = "agent") -> bool:
     """A plan, a doubt or narration of the agent's own work: not a fact that outlives the turn."""
     t = text.strip().lstrip("-*> ")
+    if t.endswith(":"):  # the lead-in of a list ("the skill has three components:"), not a claim
+        return True
     return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t) or (role == "reasoning" and _TODO.search(t)))
 
 
