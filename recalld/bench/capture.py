@@ -1,4 +1,4 @@
-"""Capture against labels: would a person approve the proposer's drafts?
+"""Capture against labels: how many of the proposer's drafts a person would approve, and what they miss.
 
     recalld bench capture [--data DIR] [--labels FILE] [--json]
 

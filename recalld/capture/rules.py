@@ -17,15 +17,16 @@ Three rules the miner applies (recalld/capture/mine.py) before anything is score
 
 Kinds, one rule each, in this order (tests/test_capture_rules.py states them per kind):
 
-- **preference**: the user's (or the user's answer's) wish about how to work ("don't touch the
-  writeups folder", "use conventional commits"), unless it is said as a decision;
+- an answer keeps its question's kind (mine.score: what to do -> decision, else preference);
+  a command that brought something up is a **procedure**;
 - **decision**: a choice said as one (decided, chose, went with, let's use, "we should",
-  "include X and exclude Y", a question of what to do answered);
-- **procedure**: how something is done or run (a command to run, "after X run Y", "to X, run
-  Y", a workflow), a command that brought something up;
-- **constraint**: a rule that binds future work (must, never, always, don't, requires, make
-  sure), said about what to do, not a description of what code does;
-- **fact**: everything else that holds (a cause, a library's behaviour, where things are).
+  "include X and exclude Y"), by anyone;
+- **preference**: the user's wish about how to work ("don't touch the writeups folder");
+- **procedure**: how something is done or run (a command to run, "after X run Y", a
+  workflow), not a report of an attempt ("the service is trying to run `x`");
+- **constraint**: a rule that binds future work (must, never, always, don't, requires, should
+  be used), not a description of what code does ("the handler always returns" is a fact);
+- **fact**: everything else that holds, the agent's "uses X instead of Y" included.
 
 Standard library only.
 """
