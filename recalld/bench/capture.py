@@ -66,7 +66,7 @@ def committed_set() -> "tuple[Path, Path] | None":
 
 
 def datasets(data=None, labels=None) -> list:
-    """[(directory, spec)]: the shared transcripts with their labels (when ../shared is there),
+    """[(directory, spec)]: the shared transcripts with their labels (when the shared data folder is there),
     and the committed set. `--data/--labels` name one set instead."""
     if data or labels:
         return [(Path(data) if data else transcripts_dir(), _spec(labels_path(labels)))]
@@ -79,7 +79,7 @@ def datasets(data=None, labels=None) -> list:
     if got:
         out.append((got[0], _spec(got[1])))
     if not out:
-        raise Unavailable("no labelled transcripts (../shared or benchmarks/capture/)")
+        raise Unavailable("no labelled transcripts (the shared data folder or benchmarks/capture/)")
     return out
 
 
