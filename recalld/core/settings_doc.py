@@ -10,7 +10,7 @@ MEANINGS: dict = {
     "budget_chars": "Characters the pre-step (prompt-submit) may inject, all memories together.",
     "item_cap_chars": "The most one memory or crystal may take of a budget; a longer one is cut.",
     "max_results": "Memories the pre-step injects at most (it searches three times as many and keeps those above the floor).",
-    "floor": "The coverage score (the IDF-weighted share of the prompt's informative terms a memory holds, 0..1) a memory needs before the pre-step injects it.",
+    "floor": "The coverage score (the IDF-weighted share of the prompt's informative terms a memory holds, 0..1) a memory needs before the pre-step injects it whole (below it, it may be told: tells.*).",
     "boot_budget_chars": "Characters the always-loaded memories may take at session start.",
     "tool_budget_chars": "Characters a tool act (pre-tool, post-tool) may inject: its crystals and the judge's queued memories share it.",
     "deadline_ms": "How long a hook may run before it answers with what it has (fail open); RECALLD_DEADLINE_MS overrides it.",
