@@ -96,6 +96,8 @@ def test_a_weak_match_is_told_once_per_session_opened_with_show_and_receipted(ho
     assert shown[0]["source"] == "cli" and shown[0]["act"] == "open" and shown[0]["delivered_ids"] == [f"m:{mid}"]
     text = run_recalld(["receipts"], env={"RECALLD_HOME": str(home)}).stdout.decode()
     assert f"told m:{mid} (opened)" in text
+    summary = run_recalld(["receipts", "--summary"], env={"RECALLD_HOME": str(home)}).stdout.decode()
+    assert "told 2, opened 2" in summary
 
 
 def test_show_answers_does_not_exist_for_another_projects_memory_and_says_so_in_a_receipt(home, project, conn, tmp_path):
@@ -130,6 +132,12 @@ def test_the_judges_middle_band_is_queued_as_tells_and_shown_as_one_line(home, p
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert PORT in ctx and f"[m{b} tell] Money is integer cents" in ctx and "never floats" not in ctx
     assert rr["detail"]["told"] == [f"m:{b}"] and len(rr["delivered_ids"]) == 1
+    # what the queue told this session is not told again by the pre-step
+    settings.save({"floor": 0.95, "tells": {"floor": 0.1}})
+    out, rp = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How do I store a currency amount in cents?"))
+    assert f"[m{b} tell]" not in out and f"m:{b}" in rp["detail"]["in_context"]
+    out, _ = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How do I store a currency amount in cents?", "s2"))
+    assert f"[m{b} tell]" in out  # another session is told
 
 
 def test_cli_show_is_listed():

@@ -233,7 +233,8 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
             shares = ", ".join(f"{k} {v:.0%}" for k, v in s["outcomes"].items())
             p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
             p99 = f"{s['p99_ms']:.1f}" if s["p99_ms"] is not None else "-"
-            click.echo(f"{s['source'] or '-':8} {s['hook'] or '-':14} {s['runs']:>6} {p50:>8} {p99:>8}  {shares}")
+            told = f"; told {s['told']}, opened {s['opened']}" if s.get("told") else ""
+            click.echo(f"{s['source'] or '-':8} {s['hook'] or '-':14} {s['runs']:>6} {p50:>8} {p99:>8}  {shares}{told}")
         return
     if as_json:
         echo_json(recs)

@@ -86,9 +86,11 @@ def in_context(ctx, keys: list, told: bool = False):
         return had
     shown = {k for k, w in rows if not w}
     # what the judge's queue showed this session, whole or told, by the memory it named
+    # (the item range keeps to served's (session, item) index; the queue row by its id)
     rows = conn.execute(
-        f"SELECT DISTINCT 'm:' || q.memory_id FROM served s JOIN queue q ON s.item = 'q:' || q.id "
-        f"JOIN receipts r ON r.uid = s.receipt_uid WHERE s.session = ? AND s.time >= ? AND r.agent IS ? "
+        f"SELECT DISTINCT 'm:' || q.memory_id FROM served s "
+        f"JOIN queue q ON q.id = CAST(substr(s.item, 3) AS INTEGER) JOIN receipts r ON r.uid = s.receipt_uid "
+        f"WHERE s.session = ? AND s.item >= 'q:' AND s.item < 'q;' AND s.time >= ? AND r.agent IS ? "
         f"AND 'm:' || q.memory_id IN ({marks})", [session, since, agent, *keys]).fetchall()
     shown |= {r[0] for r in rows}
     return had, shown - had

@@ -17,7 +17,7 @@ import _sqlite3 as sqlite3
 from recalld import agents
 from recalld.core import db, jsonio, pack, paths, receipts, scope, settings
 from recalld.hook import MAX_INPUT, payloads
-from recalld.hook.memory_source import in_context, memory_items, tell_item  # noqa: F401 (in_context: callers)
+from recalld.hook.memory_source import memory_items, tell_item
 
 # Everything between HEADER and FOOTER is stored text passed through fence.as_data, so no
 # line of it can end this block or pose as a harness tag or turn; the header says what it is.

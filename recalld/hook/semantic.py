@@ -5,8 +5,8 @@ The daemon (recalld/daemon/query.py) listens on a Unix socket, RECALLD_HOME/run/
 in a directory only the user can enter, the socket itself mode 0600; there is no TCP port. The
 hook sends one JSON line, the prompt and the scope it resolved, before its own lexical search,
 so the daemon embeds while the hook searches; then it waits at most `semantic_wait_ms` (and
-never past its own deadline) for one JSON line back: memory ids, fused scores, and which
-ranking found each. The ids are read back through the hook's own scope filter, so even a
+never past its own deadline) for one JSON line back: memory ids, fused scores, which ranking
+found each, and their cosines (a request without a floor gets the whole fused order). The ids are read back through the hook's own scope filter, so even a
 confused daemon cannot put another project's memory into this context.
 
 Whatever goes wrong, the hook keeps its own lexical result and the receipt says why
