@@ -92,8 +92,8 @@ class Row:
 
 
 def collect(enc, tmp: Path) -> tuple:
-    """(rows, conn-less check data): every need of every project, asked in its own scope and,
-    when answerable, in the next project's (`unrelated`)."""
+    """(rows, the store, the projects): every need of every project, asked in its own scope
+    and, when answerable, in the next project's (`unrelated`)."""
     from recalld import store
     from recalld.bench.semantic import Lex
     from recalld.core import db, pack, tiers
