@@ -274,6 +274,26 @@ def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | 
     return get(conn, mid)
 
 
+def show(conn: sqlite3.Connection, mid, sc: Scope, *, via: str, session: "str | None" = None) -> dict:
+    """The memory `mid` whole, if `sc` may read it: how the agent opens a tell. Writes one
+    receipt (hook `show`, act `open`, the memory in delivered_ids) either way, so `recalld
+    receipts` can say which tells were opened; a superseded memory is shown with its state
+    and successor, never as current."""
+    r = receipts.new(via, "show")
+    r.update(act="open", project=sc.project, agent=sc.agent, session=session)
+    t0 = receipts.timer()
+    try:
+        m = _readable(conn, parse_id(mid), sc)
+    except StoreError as e:
+        r.update(outcome="error", error=str(e)[:200], duration_ms=round((receipts.timer() - t0) * 1000, 3))
+        receipts.record(conn, r)
+        raise
+    r.update(outcome="injected", delivered=1, delivered_ids=[f"m:{m['id']}"], candidates=1, above_floor=1,
+             delivered_chars=len(m["text"]), duration_ms=round((receipts.timer() - t0) * 1000, 3))
+    receipts.record(conn, r)
+    return m
+
+
 def history(conn: sqlite3.Connection, mid, sc: Scope) -> list[dict]:
     """Every memory connected to `mid` by supersession (both directions) that `sc` may read,
     oldest first, each with its append-only change log. The walk does not pass through a

@@ -20,7 +20,10 @@ DEFAULTS: dict = {
     "item_cap_chars": 2000,
     "max_results": 5,
     # IDF-weighted share of the query's informative terms a memory must cover to be injected
-    "floor": 0.3,
+    # whole; below it the tells (below) take over. 0.4: fitted with the tells, leave-one-project-
+    # out on the six coding dev projects (recalld/bench/tells.py; 0.3, the floor before tells,
+    # cost a prompt with no answer more than the 200 characters the fit allows)
+    "floor": 0.4,
     # boot (session-start): the always-loaded set
     "boot_budget_chars": 2000,
     # tool acts (pre-tool/post-tool): crystals and the judge's queue share this
@@ -32,6 +35,11 @@ DEFAULTS: dict = {
     # needs but injects no more of them than the lexical floor (0.143 either way) and adds ~45 ms
     # to a prompt at 100k memories (docs/architecture.md, "The semantic pre-step").
     "semantic_wait_ms": 0,
+    # tells (recalld/core/tiers.py): below the floor, the next few candidates of the pre-step's
+    # fused order go out as one line each (the memory's tell or first clause, its id, how to
+    # open it), and the judge's middle band is queued the same way; fitted by
+    # recalld/bench/tells.py, leave-one-project-out (docs/architecture.md, "Two tiers of delivery")
+    "tells": {"whole": True, "max": 2, "floor": 0.1, "min_cos": 0.2, "judge_floor": 0.05},
     # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
     "receipt_hash": False,
     # the background pass
@@ -66,6 +74,8 @@ RULES: dict = {
     "boot_budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "tool_budget_chars": ("int", 0, AGENT_OUTPUT_CAP),
     # at least 1: 0 would switch the hook's deadline off (setitimer(0) disarms the timer)
     "deadline_ms": ("int", 1, 60_000), "semantic_wait_ms": ("int", 0, 60_000),
+    "tells.max": ("int", 0, 10), "tells.floor": ("number", 0, 1.01), "tells.min_cos": ("number", -1, 1.01),
+    "tells.judge_floor": ("number", 0, 1.01),
     "judge.threshold": ("number", 0, 1), "judge.max_candidates": ("int", 1, 50),
     "judge.max_pass": ("int", 0, 10), "judge.timeout_s": ("number", 0.1, 600),
     "queue.expire_steps": ("int", 1, 1000), "queue.expire_minutes": ("number", 0, 10_080),

@@ -218,7 +218,8 @@ class QueryServer:
         if not (isinstance(text, str) and isinstance(project, str) and isinstance(agent, str)):
             raise ValueError("q, project and agent must be strings")
         limit = max(1, min(100, int(req.get("limit", 15))))
-        floor = float(req.get("floor", 0.3))
+        floor = req.get("floor", 0.3)
+        floor = None if floor is None else float(floor)  # None: the whole fused order
         sc = Scope(project, agent)
         t0 = time.perf_counter()
         q = enc.embed_one(text)
@@ -227,5 +228,7 @@ class QueryServer:
         dense = vectors.dense_search(conn, q, sc, DENSE_K, model=enc.model, index=self.index)
         got = {i for i, _ in dense}
         cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=enc.model, index=self.index)
-        return {"v": 1, "hits": [list(h) for h in fuse(lex, dense, floor, limit, cos=cos)],
-                "embed_ms": round(embed_ms, 2)}
+        hits = fuse(lex, dense, floor, limit, cos=cos)
+        known = {**cos, **dict(dense)}
+        return {"v": 1, "hits": [list(h) for h in hits], "embed_ms": round(embed_ms, 2),
+                "cos": {str(i): round(float(known[i]), 4) for i, _, _ in hits if i in known}}

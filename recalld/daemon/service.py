@@ -357,7 +357,7 @@ class Daemon:
             else:
                 if not self.judge_status.get("loaded"):
                     self.judge_status.update(loaded=True, available=True, reason=None)
-                passed = list(res.passed)
+                passed = list(res.passed) + passes.middle_band(res, cfg)  # the band: queued as tells
                 queued_rows, already = passes.new_for_session(conn, need.session, passed)
                 r["detail"]["already_queued"] = already
                 r["outcome"] = "injected" if queued_rows else "nothing"

@@ -5,8 +5,8 @@ The daemon (recalld/daemon/query.py) listens on a Unix socket, RECALLD_HOME/run/
 in a directory only the user can enter, the socket itself mode 0600; there is no TCP port. The
 hook sends one JSON line, the prompt and the scope it resolved, before its own lexical search,
 so the daemon embeds while the hook searches; then it waits at most `semantic_wait_ms` (and
-never past its own deadline) for one JSON line back: memory ids, fused scores, and which
-ranking found each. The ids are read back through the hook's own scope filter, so even a
+never past its own deadline) for one JSON line back: memory ids, fused scores, which ranking
+found each, and their cosines (a request without a floor gets the whole fused order). The ids are read back through the hook's own scope filter, so even a
 confused daemon cannot put another project's memory into this context.
 
 Whatever goes wrong, the hook keeps its own lexical result and the receipt says why
@@ -41,10 +41,11 @@ def socket_path() -> str:
 class Asked:
     """A question on its way: the connected socket (None once it failed) and its status."""
 
-    __slots__ = ("sock", "status", "t0")
+    __slots__ = ("sock", "status", "t0", "cos")
 
     def __init__(self, sock, status: str, t0: float):
         self.sock, self.status, self.t0 = sock, status, t0
+        self.cos: dict = {}  # memory id -> the query's cosine, as the daemon measured it
 
 
 class Found:
@@ -74,7 +75,7 @@ def ask(text: str, sc, limit: int, floor: float, wait_s: float, now: float) -> A
         s.settimeout(max(0.001, wait_s))
         s.connect(socket_path())
         req = {"v": 1, "q": text[:MAX_SENT_CHARS], "project": sc.project, "agent": sc.agent,
-               "limit": int(limit), "floor": float(floor)}
+               "limit": int(limit), "floor": None if floor is None else float(floor)}
         s.sendall(jsonio.dumps(req, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
     except (TimeoutError, BlockingIOError):  # BlockingIOError: its backlog is full, it is busy
         s.close()
@@ -122,6 +123,7 @@ def answer(asked: Asked, deadline: float, clock) -> "list | None":
         data = jsonio.loads(buf)
         hits = data["hits"]
         out = [(int(i), float(sc), str(via)) for i, sc, via in hits]
+        asked.cos = {int(k): float(v) for k, v in (data.get("cos") or {}).items()}
     except (ValueError, KeyError, TypeError):
         asked.status = "error"
         return None
@@ -146,8 +148,9 @@ def read_back(conn, sc, ranked: list) -> list:
 # --- the hook's two calls (recalld/hook/run.py's memory_items) -------------------------------
 
 
-def start(ctx, limit: int, floor: float) -> "Asked | None":
-    """Ask before the lexical search; None when the channel is off (`semantic_wait_ms` 0)."""
+def start(ctx, limit: int, floor: "float | None") -> "Asked | None":
+    """Ask before the lexical search; None when the channel is off (`semantic_wait_ms` 0).
+    `floor` None: the whole fused order, every candidate, with the cosines."""
     import time
 
     wait_ms = int(ctx.cfg.get("semantic_wait_ms") or 0)

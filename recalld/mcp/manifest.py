@@ -53,6 +53,19 @@ MANIFEST = {'initialize': {'capabilities': {'prompts': {'listChanged': False},
                                                        'required': ['result'],
                                                        'title': 'searchOutput',
                                                        'type': 'object'}},
+                                     {'description': 'Open one memory whole: what a recalld tell line points '
+                                                     'at ("open: recalld show ID").\n'
+                                                     '    Returns its text, kind, scope and state (a '
+                                                     'superseded one says so).',
+                                      'inputSchema': {'properties': {'memory_id': {'title': 'Memory Id',
+                                                                                   'type': 'integer'},
+                                                                     'session': {'default': '',
+                                                                                 'title': 'Session',
+                                                                                 'type': 'string'}},
+                                                      'required': ['memory_id'],
+                                                      'title': 'showArguments',
+                                                      'type': 'object'},
+                                      'name': 'show'},
                                      {'description': 'Commit a memory (durable before it returns). Returns '
                                                      'every record it changed and up to\n'
                                                      '    three current memories that look related, so you '
@@ -240,6 +253,19 @@ MANIFEST = {'initialize': {'capabilities': {'prompts': {'listChanged': False},
                                             'required': ['result'],
                                             'title': 'searchOutput',
                                             'type': 'object'}},
+                          {'description': 'Open one memory whole: what a recalld tell line points at ("open: '
+                                          'recalld show ID").\n'
+                                          '    Returns its text, kind, scope and state (a superseded one '
+                                          'says so).',
+                           'inputSchema': {'properties': {'memory_id': {'title': 'Memory Id',
+                                                                        'type': 'integer'},
+                                                          'session': {'default': '',
+                                                                      'title': 'Session',
+                                                                      'type': 'string'}},
+                                           'required': ['memory_id'],
+                                           'title': 'showArguments',
+                                           'type': 'object'},
+                           'name': 'show'},
                           {'description': 'Commit a memory (durable before it returns). Returns every record '
                                           'it changed and up to\n'
                                           '    three current memories that look related, so you can decide '

@@ -90,6 +90,12 @@ def remember(conn, text: str, kind: str = "fact", scope_name: str = "project", t
     return res.as_dict()
 
 
+def show(conn, memory_id: int, session: str = "") -> dict:
+    """Open one memory whole: what a recalld tell line points at ("open: recalld show ID").
+    Returns its text, kind, scope and state (a superseded one says so)."""
+    return store.show(conn, memory_id, _scope(""), via="mcp", session=session or None)
+
+
 def history(conn, memory_id: int) -> list[dict]:
     """A memory's supersession chain with its change log (the memories this server may read)."""
     return store.history(conn, memory_id, _scope(""))
@@ -140,7 +146,7 @@ def proposals_reject(conn, proposal_id: str, reason: str, session: str = "") -> 
     return proposals.reject(conn, proposal_id, reason, actor="mcp", session=session or None).as_dict()
 
 
-TOOLS = (search, remember, history, retract, proposals_list, proposals_show, proposals_approve,
+TOOLS = (search, show, remember, history, retract, proposals_list, proposals_show, proposals_approve,
          proposals_edit, proposals_reject)
 
 
