@@ -31,12 +31,15 @@ def death_path() -> Path:
     return Path(autostart.daemon_dir()) / "last_death.json"
 
 
-def _read(p: Path, limit: int = 8000) -> str:
+def _read(p: Path, limit: int = 8000, head: bool = False) -> str:
+    """The last `limit` bytes of a file (its first, with head: faulthandler's line that names
+    the signal comes before every thread's stack)."""
     try:
         with open(p, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode("utf-8", "replace")
+            if not head:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - limit))
+            return f.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -53,7 +56,10 @@ def _how(fault: str) -> dict:
             sig = {"Illegal instruction": "SIGILL", "Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS",
                    "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE",
                    "Aborted": "SIGABRT"}.get(what)
-            frames = [x.strip() for x in fault.splitlines() if x.strip().startswith("File ")][:3]
+            lines = fault.splitlines()
+            # the thread that took the signal is "Current thread"; the others are listed too
+            at = next((i for i, x in enumerate(lines) if x.startswith("Current thread")), 0)
+            frames = [x.strip() for x in lines[at:] if x.strip().startswith("File ")][:3]
             return {"how": f"died of {sig or what}", "signal": sig, "where": frames}
     return {"how": "died without a fault record: a SIGKILL (the OOM killer, kill -9) or a power loss",
             "signal": None}
@@ -73,7 +79,7 @@ def died() -> "dict | None":
         out = {"pid": pid, "started_at": snap.get("started_at") if snap.get("pid") == pid else None,
                "last_status_at": snap.get("written_at") if snap.get("pid") == pid else None,
                "last_log_line": _last_log_line()}
-        out.update(_how(_read(fault_path())))
+        out.update(_how(_read(fault_path(), head=True)))
         return out
     except Exception as e:
         return {"how": f"unknown ({type(e).__name__}: {e})"}

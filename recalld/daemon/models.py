@@ -322,13 +322,14 @@ class RemoteRuntime:
 class Models:
     """The daemon's model workers, their crash counts and the roles switched off."""
 
-    def __init__(self, cfg: dict, log=None, record_event=None):
+    def __init__(self, cfg: dict, log=None, record_event=None, changed=None):
         self.cfg = cfg
         d = cfg.get("daemon") or {}
         self.crash_limit = int(d.get("model_crash_limit", 3))
         self.load_timeout_s = float(d.get("load_allowance_s", 60)) or 60.0
         self.log = log
         self.record_event = record_event  # (kind, detail) -> None: a daemon_events row
+        self.changed = changed  # () -> None: the daemon's status should be written again
         self._procs: dict = {}  # model path -> ModelProcess (the live one, or the last one)
         self._runtimes: dict = {}  # model path -> RemoteRuntime of the live process
         self._health = read_health()
@@ -461,6 +462,8 @@ class Models:
         t.start()
 
     def _save(self) -> None:
+        if self.changed is not None:
+            self.changed()
         try:
             p = health_path()
             p.parent.mkdir(parents=True, exist_ok=True)

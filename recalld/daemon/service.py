@@ -125,7 +125,8 @@ class Daemon:
         from recalld.model import runtime
 
         if self.models is None:
-            self.models = Models(self.cfg, self.log, lambda kind, detail: self._event(kind, None, detail))
+            self.models = Models(self.cfg, self.log, lambda kind, detail: self._event(kind, None, detail),
+                                 changed=self._touch)
         runtime.use_provider(self.models)  # from here on no model loads in this process
         self._resolve_judge()
         self.judge_worker = passes.JudgeWorker()
