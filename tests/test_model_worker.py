@@ -337,3 +337,34 @@ def test_a_dead_daemon_is_visible_and_autostart_backs_off(home, project):
         assert "the run before this one died" in run_recalld(["daemon", "status"]).stdout.decode()
     finally:
         run_recalld(["daemon", "stop"])
+
+
+@pytest.mark.model
+def test_the_real_daemon_maps_no_llama_library_and_its_worker_does(home, shared_transcripts, project):
+    """With the real embedded judge loaded and a pass judged, llama.cpp's libraries are in the
+    worker's memory map and not in the daemon's; the worker is the OOM killer's first pick."""
+    pytest.importorskip("llama_cpp")
+    from recalld.model.resolve import resolve
+
+    real = resolve("judge", {"models": {}})
+    if not real.available:
+        pytest.skip(f"no judge model: {real.reason}")
+    settings.save({"proposals": {"enabled": False}, "daemon": dict(FAST), "judge": {"threshold": 0.0}})
+    conn = db.connect()
+    store.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first",
+                   scope.Scope(SPOTTER, "main"), kind="procedure")
+    root = Path(os.environ["HOME"]) / ".claude" / "projects" / "-home-marco-projects-spotter"
+    root.mkdir(parents=True)
+    assert run_recalld(["daemon", "start"]).returncode == 0
+    try:
+        sid = _round(root, 1)
+        assert _pass(conn, sid)
+        assert receipts.read(conn, source="daemon", session=sid)[0]["outcome"] == "injected"
+        st = wait_for(lambda: _status()["models"]["judge"].get("state") == "running" and _status(), timeout=10)
+        daemon_pid, worker_pid = st["pid"], st["models"]["judge"]["pid"]
+        maps = lambda pid: Path(f"/proc/{pid}/maps").read_text()  # noqa: E731
+        assert "libllama" not in maps(daemon_pid) and "libggml" not in maps(daemon_pid)
+        assert "libllama" in maps(worker_pid) and "libggml-cpu" in maps(worker_pid)
+        assert Path(f"/proc/{worker_pid}/oom_score_adj").read_text().strip() == "1000"
+    finally:
+        run_recalld(["daemon", "stop"])

@@ -32,7 +32,7 @@ def _fix(sig: "str | None", returncode: "int | None") -> str:
                 f"usable here; rebuild: {REBUILD}")
     if sig in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE"):
         return ("the model file may be corrupt or truncated, or llama.cpp has a bug with it: "
-                "`recalld models pull` it again, or choose another (`recalld models set`)")
+                "`recalld models pull` it again, or choose another (`recalld models use`)")
     if sig == "SIGKILL":
         return ("killed (SIGKILL): most often the kernel's OOM killer (see `dmesg`); free memory or "
                 "choose a smaller model")
@@ -45,7 +45,7 @@ def _fix(sig: "str | None", returncode: "int | None") -> str:
 KILLED = {
     "ModelTimedOut": {"how": "timeout", "signal": None,
                       "fix": "the model stopped answering (stuck in native code): if it keeps happening, "
-                             "choose another model (`recalld models set`) or rebuild llama-cpp-python"},
+                             "choose another model (`recalld models use`) or rebuild llama-cpp-python"},
     "ModelGarbage": {"how": "garbage", "signal": None,
                      "fix": "the model answered what no model answers: pull the file again "
                             "(`recalld models pull`) or choose another"},
@@ -118,7 +118,7 @@ def probe(path: str, timeout_s: float = PROBE_TIMEOUT_S, env: "dict | None" = No
     except subprocess.TimeoutExpired:
         return {"works": False, "model": str(path), "how": "timeout",
                 "said": f"hangs: no answer within {timeout_s:g} s (the probe was killed)",
-                "fix": "choose another model (`recalld models set`), or see llama-cpp-python's build"}
+                "fix": "choose another model (`recalld models use`), or see llama-cpp-python's build"}
     except OSError as ex:
         return {"works": False, "model": str(path), "how": "not started", "said": f"the probe did not start: {ex}"}
     out = {}
@@ -138,7 +138,7 @@ def probe(path: str, timeout_s: float = PROBE_TIMEOUT_S, env: "dict | None" = No
     said = f"fails: {err[0] + ': ' if err[0] else ''}{err[1]}"[:400]
     if "cannot load" in err[1]:
         said += ("; the file may be truncated or corrupt: `recalld models pull` it again, "
-                 "or choose another (`recalld models set`)")
+                 "or choose another (`recalld models use`)")
     return {"works": False, "model": str(path), "how": "error", "said": said,
             "stderr": last_lines(cp.stderr.decode("utf-8", "replace"))}
 
