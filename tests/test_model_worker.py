@@ -368,3 +368,16 @@ def test_the_real_daemon_maps_no_llama_library_and_its_worker_does(home, shared_
         assert Path(f"/proc/{worker_pid}/oom_score_adj").read_text().strip() == "1000"
     finally:
         run_recalld(["daemon", "stop"])
+
+
+def test_recalld_judge_says_the_model_crashed_and_the_fix(fake, project):
+    """The foreground `recalld judge` runs the model in a worker too: exit 1 with one line, not
+    exit 132 (the command itself dying of SIGILL)."""
+    model, mode_file = fake
+    settings.save({"models": {"judge": str(model)}})
+    store.remember(db.connect(), "mix phx.server needs Postgres running first", scope.resolve(str(project)))
+    mode_file.write_text("sigill")
+    r = run_recalld(["judge", "why does mix phx.server not start", "--cwd", str(project)])
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    err = r.stderr.decode()
+    assert "model crashed (SIGILL)" in err and 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in err, err
