@@ -204,6 +204,13 @@ def _status():
     return json.loads(run_recalld(["daemon", "status", "--json"]).stdout)
 
 
+def _new_worker(than):
+    """The daemon's status once its judge's worker runs as a process other than `than`."""
+    st = _status()
+    j = (st.get("models") or {}).get("judge") or {}
+    return st if j.get("state") == "running" and j.get("pid") != than else None
+
+
 @pytest.mark.parametrize("mode", sorted(FAILURES))
 def test_the_daemon_survives_a_model_that_fails(fake, shared_transcripts, project, mode):
     model, mode_file = fake
@@ -212,7 +219,7 @@ def test_the_daemon_survives_a_model_that_fails(fake, shared_transcripts, projec
     up = run_recalld(["daemon", "start"])
     assert up.returncode == 0, up.stderr
     try:
-        st = wait_for(lambda: _status()["models"]["judge"].get("state") == "running" and _status(), timeout=20)
+        st = wait_for(lambda: _new_worker(None), timeout=20)
         assert st, _status()
         worker = st["models"]["judge"]["pid"]
         daemon_pid = st["pid"]
@@ -232,8 +239,7 @@ def test_the_daemon_survives_a_model_that_fails(fake, shared_transcripts, projec
         before = conn.execute("SELECT count(*) FROM transcript_events").fetchone()[0]
         mode_file.write_text("ok")
         # the worker is restarted (a new process) after its backoff
-        st = wait_for(lambda: (_status()["models"]["judge"].get("state") == "running"
-                               and _status()["models"]["judge"]["pid"] != worker and _status()), timeout=15)
+        st = wait_for(lambda: _new_worker(worker), timeout=15)
         assert st, json.dumps(_status()["models"]["judge"])
         sid2 = _round(root, 2)
         assert wait_for(lambda: conn.execute("SELECT count(*) FROM transcript_events").fetchone()[0] > before)
@@ -243,8 +249,7 @@ def test_the_daemon_survives_a_model_that_fails(fake, shared_transcripts, projec
         mode_file.write_text(mode)
         assert _pass(conn, _round(root, 3))
         worker = st["models"]["judge"]["pid"]
-        st = wait_for(lambda: (_status()["models"]["judge"].get("state") == "running"
-                               and _status()["models"]["judge"]["pid"] != worker and _status()), timeout=15)
+        st = wait_for(lambda: _new_worker(worker), timeout=15)
         assert st, _status()
         assert _pass(conn, _round(root, 4))
         st = wait_for(lambda: _status()["models"]["judge"]["state"] == "off" and _status(), timeout=10)
@@ -360,7 +365,7 @@ def test_the_real_daemon_maps_no_llama_library_and_its_worker_does(home, shared_
         sid = _round(root, 1)
         assert _pass(conn, sid)
         assert receipts.read(conn, source="daemon", session=sid)[0]["outcome"] == "injected"
-        st = wait_for(lambda: _status()["models"]["judge"].get("state") == "running" and _status(), timeout=10)
+        st = wait_for(lambda: _new_worker(None), timeout=10)
         daemon_pid, worker_pid = st["pid"], st["models"]["judge"]["pid"]
         maps = lambda pid: Path(f"/proc/{pid}/maps").read_text()  # noqa: E731
         assert "libllama" not in maps(daemon_pid) and "libggml" not in maps(daemon_pid)

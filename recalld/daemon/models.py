@@ -179,6 +179,8 @@ class ModelProcess:
     def _kill(self, why: str, message: str = "") -> None:
         if self._ending is None:
             self._ending = (why, message)
+        if self.proc is None:
+            return
         try:
             self.proc.kill()
         except OSError:
@@ -333,7 +335,8 @@ class Models:
         self._procs: dict = {}  # model path -> ModelProcess (the live one, or the last one)
         self._runtimes: dict = {}  # model path -> RemoteRuntime of the live process
         self._health = read_health()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the dicts and the health file; held briefly
+        self._start_lock = threading.Lock()  # one worker start at a time
         self._timers: list = []
         self._build = faults.build_id()
         self.stopping = False
@@ -346,7 +349,16 @@ class Models:
         choice = resolve(role, cfg if cfg is not None else self.cfg)
         if not choice.available:
             raise Unavailable(choice.reason)
-        path = choice.path
+        rt = self._ready(choice.path)
+        if rt is not None:
+            return rt
+        # One start at a time, and never under self._lock: a load takes seconds, and the
+        # daemon's status (snapshot) must not wait for it.
+        with self._start_lock:
+            return self._ready(choice.path) or self._start(choice.path)
+
+    def _ready(self, path: str) -> "RemoteRuntime | None":
+        """The live runtime for `path`, None when one may be started; Unavailable says why not."""
         with self._lock:
             rt = self._runtimes.get(path)
             if rt is not None and not rt._proc.dead.is_set():
@@ -360,26 +372,31 @@ class Models:
             if wait > 0:
                 last = h.get("last") or {}
                 raise Unavailable(f"the model worker ended ({last.get('message')}) and restarts in {wait:.1f} s")
-            return self._start(path)
+            if self.stopping:
+                raise Unavailable("the daemon is shutting down")
+            return None
 
     def _start(self, path: str) -> RemoteRuntime:
         p = ModelProcess(path, self._exited)
+        with self._lock:
+            self._procs[path] = p  # so that shutdown stops it even mid-load
         try:
             p.start(self.load_timeout_s)
         except Unavailable as e:
-            h = self._record(path)
-            h["load_error"] = str(e)[:500]  # a file that does not load is not retried until it changes
-            self._save()
+            with self._lock:
+                h = self._record(path)
+                h["load_error"] = str(e)[:500]  # a file that does not load is not retried until it changes
+                self._save()
             raise
         except ModelFailed as e:
             self._count(path, e)
             raise
-        self._procs[path] = p
-        rt = self._runtimes[path] = RemoteRuntime(p, self)
-        h = self._record(path)
-        h["starts"] = int(h.get("starts", 0)) + 1
-        h["pid"] = p.pid
-        self._save()
+        with self._lock:
+            rt = self._runtimes[path] = RemoteRuntime(p, self)
+            h = self._record(path)
+            h["starts"] = int(h.get("starts", 0)) + 1
+            h["pid"] = p.pid
+            self._save()
         if self.log is not None:
             self.log.info("model_worker_started", model=path, pid=p.pid, load_ms=rt.load_ms)
         return rt
@@ -415,6 +432,8 @@ class Models:
                 self._count(proc.path, exc)
 
     def _count(self, path: str, exc: ModelFailed) -> None:
+        if self.stopping:  # a worker stopped by the shutdown is no failure of its model
+            return
         with self._lock:
             h = self._record(path)
             n = h["crashes"] = int(h.get("crashes", 0)) + 1
@@ -431,7 +450,7 @@ class Models:
             else:
                 backoff = BACKOFF_S[min(n - 1, len(BACKOFF_S) - 1)]
                 h["retry_at"] = time.time() + backoff
-                self._schedule(path, backoff)
+                self._schedule(path, backoff + 0.05)  # retry_at is wall-clock, the timer monotonic
             self._save()
         if self.log is not None:
             self.log.error("model_failed", model=path, error=str(exc), how=d.get("how"), in_a_row=n,
@@ -443,14 +462,10 @@ class Models:
     def _schedule(self, path: str, delay: float) -> None:
         """Restart the worker after the backoff, so the next pass finds it warm."""
         def revive():
-            with self._lock:
-                if self.stopping or path in self._runtimes:
-                    return
-                h = self._record(path)
-                if h.get("off") or h.get("load_error") or float(h.get("retry_at") or 0) > time.time() + 0.05:
-                    return
+            with self._start_lock:
                 try:
-                    self._start(path)
+                    if self._ready(path) is None:
+                        self._start(path)
                 except (ModelFailed, LLMError) as e:
                     if self.log is not None:
                         self.log.warning("model_restart_failed", model=path, error=str(e)[:300])
