@@ -140,7 +140,7 @@ class ModelProcess:
             self._closed(ModelCrashed, None)
             if isinstance(err, list) and len(err) == 2:
                 raise Unavailable(f"model {self.path} failed to load: {err[1]}")
-            raise ModelGarbage(f"model worker answered garbage while loading: {str(hello)[:200]}")
+            raise ModelGarbage(f"model worker answered garbage while loading ({_shape(hello)})")
         ours.settimeout(None)
         self.info = hello["ok"]
         self.reader = threading.Thread(target=self._read, name=f"recalld-model:{Path(self.path).name}", daemon=True)
@@ -195,7 +195,7 @@ class ModelProcess:
                 with self._lock:
                     slot = self._pending.pop(msg.get("id"), None) if isinstance(msg, dict) else None
                 if slot is None:
-                    self._kill("garbage", f"model worker answered a call nobody made: {str(msg)[:200]}")
+                    self._kill("garbage", f"model worker answered a call nobody made ({_shape(msg)})")
                     break
                 slot.reply = msg
                 slot.event.set()
@@ -254,6 +254,15 @@ class ModelProcess:
             self.reader.join(EXIT_WAIT_S + 1)
 
 
+def _shape(x) -> str:
+    """What a reply holds, never its text (a receipt must not quote the need or a memory)."""
+    if isinstance(x, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in x})
+        bad = sum(isinstance(v, float) and not math.isfinite(v) for v in x)
+        return f"a list of {len(x)} ({', '.join(kinds) or 'empty'}{f'; {bad} not finite' if bad else ''})"
+    return f"type {type(x).__name__}"
+
+
 def _floats(x, n: "int | None" = None) -> bool:
     return (isinstance(x, list) and (n is None or len(x) == n)
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v <= 1e-6
@@ -284,7 +293,7 @@ class RemoteRuntime:
     def _call(self, method: str, args: list, kwargs: dict, ok, what: str):
         out = self._proc.call(method, args, kwargs, kwargs.get("timeout_s"))
         if not ok(out):
-            raise self._proc.garbage(f"model returned garbage: {method} gave {str(out)[:120]!r}, not {what}")
+            raise self._proc.garbage(f"model returned garbage: {method} gave {_shape(out)}, not {what}")
         self._models.good(self._proc.path)
         return out
 
