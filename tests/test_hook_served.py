@@ -339,7 +339,7 @@ def test_daemon_status_says_whether_it_serves_the_hooks():
 def test_doctor_says_who_ran_its_hook(server, project):
     from tests.helpers import run_recalld  # noqa: E402
 
-    res = run_recalld(["doctor", "--json", "--cwd", str(project)])
+    res = run_recalld(["doctor", "--json", "--no-model-probe", "--cwd", str(project)])
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     assert rep["hook_run"]["receipt"]["served"] == "daemon", rep["hook_run"]

@@ -122,3 +122,14 @@ def test_layers_import_downwards_only():
 def test_every_file_is_under_the_line_limit():
     long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_the_daemons_modules_import_no_native_model_library():
+    """The daemon's models run in worker processes (recalld/daemon/models.py): none of its own
+    modules imports llama.cpp, and what it reaches of the model runtime refuses to load a model
+    once the worker is the provider (tests/test_model_worker.py runs the real process and reads
+    its memory map)."""
+    native = ("llama_cpp", "ggml")
+    bad = [f"{name} imports {imp}" for name, path in MODULES.items() if _layer(name) == "daemon"
+           for imp in _imports(path) if imp.split(".")[0] in native]
+    assert not bad, bad

@@ -61,7 +61,9 @@ DEFAULTS: dict = {
     "daemon": {"roots": [], "recent_days": 2, "autostart": False, "rescan_s": 30, "poll_s": 2,
                "live_s": 300, "debounce_s": 0.5, "max_wait_s": 6.0, "min_pass_interval_s": 15,
                "max_passes_per_minute": 6, "need_window": 12, "need_max_chars": 600,
-               "preload_model": True, "load_allowance_s": 60, "serve_hooks": 8},
+               "preload_model": True, "load_allowance_s": 60, "serve_hooks": 8,
+               # a model file's roles go off after this many worker crashes in a row (docs/daemon.md)
+               "model_crash_limit": 3},
 }
 
 
@@ -92,7 +94,7 @@ RULES: dict = {
     "daemon.max_wait_s": ("number", 0, 600), "daemon.min_pass_interval_s": ("number", 0, 3600),
     "daemon.max_passes_per_minute": ("int", 0, 600), "daemon.need_window": ("int", 1, 1000),
     "daemon.need_max_chars": ("int", 1, 100_000), "daemon.load_allowance_s": ("number", 0, 3600),
-    "daemon.serve_hooks": ("int", 0, 16),
+    "daemon.serve_hooks": ("int", 0, 16), "daemon.model_crash_limit": ("int", 1, 100),
 }
 _TYPE_WORDS = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
                "str?": "a string or null", "str-list": "a list of strings"}

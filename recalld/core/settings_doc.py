@@ -57,6 +57,7 @@ MEANINGS: dict = {
     "daemon.preload_model": "Load the judge model when the daemon starts, not at its first pass.",
     "daemon.load_allowance_s": "Extra seconds a pass may wait while the model is still loading.",
     "daemon.serve_hooks": "Threads the daemon runs hooks on (RECALLD_HOME/run/hook.sock); 0 turns serving off and every hook runs in its own process (docs/daemon.md).",
+    "daemon.model_crash_limit": "Model worker crashes (or hangs, or garbage answers) in a row after which a model file's roles are switched off until the file or the llama-cpp-python build changes (docs/daemon.md).",
 }
 
 # The environment variables recalld reads, for the same page.
@@ -68,6 +69,7 @@ ENVIRONMENT: dict = {
     "RECALLD_MODEL": "A GGUF file for the judge and the proposer when models.<role> is not set; \"off\" disables both.",
     "RECALLD_LLM_THREADS": "Threads a language model decodes on (default 1).",
     "RECALLD_EMBED_THREADS": "BLAS threads for the embedder (default 1).",
+    "RECALLD_TEST_FAKE_MODEL": "Tests only: a file whose word (ok, sigill, sigsegv, sigkill, hang, garbage; :load to do it while loading) makes the model worker run a fake model that behaves so (recalld/model/fake.py).",
     "RECALLD_CODEX": "The codex binary `recalld install codex` trusts the hooks with (default: codex on PATH).",
 }
 
