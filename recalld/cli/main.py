@@ -307,7 +307,7 @@ def config_show():
 @click.option("--json", "as_json", is_flag=True, help="One object per setting: key, type, default, meaning.")
 def config_keys(as_json):
     """Every setting: what it takes, its default and what it does (docs/settings.md)."""
-    from recalld.core import settings_doc
+    from recalld.cli import settings_doc
 
     rows = settings_doc.keys()
     if as_json:
