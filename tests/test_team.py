@@ -63,13 +63,14 @@ def test_two_homes_share_and_the_hook_on_b_recalls_what_a_wrote(homes, team_serv
     # supersede on A hides the old one on B
     a.cli("remember", "we pin franz-go v1.17: v1.18 broke the static build too", "--scope", "shared",
           "--supersedes", str(pin))
-    assert wait_until(lambda: _local(b, "franz-go")[0]["invalid_at"] is not None and len(_local(b, "franz-go")) == 2, 30)
+    assert wait_until(lambda: len(_local(b, "franz-go")) == 2 and _local(b, "franz-go")[0]["invalid_at"] is not None, 30)
     ctx = json.loads(b.hook("why do we pin franz-go instead of confluent's client?").stdout)
     ctx = ctx["hookSpecificOutput"]["additionalContext"]
     assert "v1.17" in ctx and "confluent's cgo breaks" not in ctx
 
     st = json.loads(b.cli("team", "status", "--json").stdout)
     assert st["queued"] == 0 and st["from_team"]["applied"] >= 4 and st["replicator"]["connected"]
+    assert "team: core, 1 shared projects; last sync" in b.cli("doctor").stdout
     rec = json.loads(b.cli("receipts", "--source", "team", "--json").stdout)
     assert any(r["outcome"] == "synced" and r["delivered"] >= 1 for r in rec)
 
@@ -93,13 +94,15 @@ def test_offline_writes_queue_and_two_supersedes_of_one_memory_keep_both(homes):
     b.cli("remember", "release builds run on the graviton runners", "--scope", "shared", "--supersedes",
           str(old_on_b))
     st = json.loads(b.cli("team", "status", "--json").stdout)
-    assert st["queued"] == 0  # queued by the daemon's scan, which is down: the change log holds it
+    # the daemon is down: the two writes wait in the change log, not yet in the outbox
+    assert st["queued"] == 0 and st["unscanned_changes"] == 1
     b.start()  # on reconnect B's writes go out and A's come in
     assert wait_until(lambda: len(_local(a, "release builds")) == 3 == len(_local(b, "release builds"))
                       and a.current_uids() == b.current_uids() and a.all_uids() == b.all_uids(), 30)
     for h in (a, b):
         current = [m["text"] for m in _local(h, "release builds") if m["invalid_at"] is None]
-        assert sorted(current) == ["release builds run on the graviton runners", "release builds run on the x86 runners"]
+        assert sorted(current) == ["release builds run on the graviton runners",
+                                   "release builds run on the x86 runners"]
     hist = b.cli("history", str(old_on_b)).stdout
     assert "conflict: also superseded by" in hist and "graviton" in hist and "x86" in hist
 

@@ -318,7 +318,7 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
             c = Home(root, "c", srv.pgpass)
             copy_memories(b, c)
             c.start(team=False)
-            prompts = [f"which cache key does the build use for writer {k}?" for k in range(10 if quick else 30)]
+            prompts = [f"which cache key does the build use for writer {k}?" for k in range(10 if quick else 50)]
             up, down = [], []
             try:
                 with Writers(a, n=2, seed=3):
@@ -327,11 +327,23 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
                         down += _hook_ms(c, [p])
             finally:
                 c.stop()
+            # A new machine joins: it reads the team's whole log (catch-up rate)
+            d = Home(root, "d", srv.pgpass)
+            d.cli("team", "join", srv.url("dave"))
+            t = time.monotonic()
+            d.start()
+            want = len(a.all_uids())
+            caught = wait_until(lambda: len(d.all_uids()) >= want, 300, step_s=0.1)
+            catch_up_s = time.monotonic() - t
+            with d.connect() as cd:
+                d_events = cd.execute("SELECT count(*) FROM team_inbox").fetchone()[0]
+            d.stop()
         finally:
             a.stop()
             b.stop()
         with a.connect() as ca:
             store_size = ca.execute("SELECT count(*) FROM memories").fetchone()[0]
+        events_total = _server_events(srv)
     lat = lat_ab + lat_ba
     return {
         "writers_per_side": WRITERS, "seconds": seconds, "load_average": [round(x, 2) for x in load],
@@ -341,6 +353,10 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
                           "p50": _r(pct(lat, 0.5)), "p99": _r(pct(lat, 0.99)),
                           "max": _r(max(lat) if lat else None), "goal_p50": 2.0,
                           "a_to_b_p50": _r(pct(lat_ab, 0.5)), "b_to_a_p50": _r(pct(lat_ba, 0.5))},
+        "events_on_server": events_total,
+        "new_machine_catch_up": {"events": d_events, "memories": want, "caught_up": caught,
+                                 "seconds_from_daemon_start": _r(catch_up_s),
+                                 "events_per_s": _r(d_events / catch_up_s if catch_up_s else None)},
         "hook_prompt_submit_ms": {"in_team": {"p50": _r(pct(up, 0.5)), "p99": _r(pct(up, 0.99))},
                                   "not_in_team": {"p50": _r(pct(down, 0.5)),
                                                   "p99": _r(pct(down, 0.99))},
@@ -349,6 +365,13 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
                   "its replicator applying A's writes during the runs) interleaved with C (a copy of B's "
                   "memories that never joined), both daemons up and serving their hooks."],
     }
+
+
+def _server_events(srv: TeamServer) -> int:
+    from recalld.team import server
+
+    with server.connect(srv.owner()) as pg:
+        return pg.execute("SELECT count(*) FROM recalld_events").fetchone()[0]
 
 
 def _r(v):

@@ -180,6 +180,8 @@ def format_status(st: dict) -> str:
     lines.append(f"last sync: {st.get('last_pull') or 'never'}" + (f" ({age:g} s ago)" if age is not None else ""))
     lines.append(f"queued: {st['queued']} events" + (f", oldest {st['oldest_queued']} (lag {st['lag_s']:g} s)"
                                                       if st["queued"] else ""))
+    if st.get("unscanned_changes"):
+        lines.append(f"local changes the replicator has not looked at yet: {st['unscanned_changes']}")
     came = st.get("from_team") or {}
     lines.append(f"shared by this machine: {st['shared_by_me']} memories; from the team: "
                  + (", ".join(f"{k} {v}" for k, v in sorted(came.items())) or "nothing yet"))

@@ -178,6 +178,7 @@ def report(cwd=None, command=None, run_hook: bool = True) -> dict:
     out["state"] = state()
     out["models"] = models()
     out["daemon"] = daemon()
+    out["team"] = optional_module("team.status", ("summary",))  # team sync (recalld/team), read offline
     out["bytecode"] = bytecode()
     out["crystals"] = crystal_trust(cwd)
     return out

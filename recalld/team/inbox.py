@@ -74,7 +74,8 @@ def _retract(conn, eid: str, memory_id: int, why: str, who: str) -> tuple:
     cur = conn.execute("SELECT invalid_at FROM memories WHERE id = ?", (memory_id,)).fetchone()
     if cur["invalid_at"] is None:
         return "applied", _invalidate(conn, eid, memory_id, f"{why} ({who})", "retracted")
-    return "already-invalid", _change(conn, eid, memory_id, "retracted", None, f"{why} ({who}; it was already invalid here)")
+    return "already-invalid", _change(conn, eid, memory_id, "retracted", None,
+                                      f"{why} ({who}; it was already invalid here)")
 
 
 def _valid_body(body: dict) -> "str | None":
@@ -117,7 +118,8 @@ def _remember(conn, m, ev: dict, stemmer: Stemmer) -> tuple:
         "valid_from, aux, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (text, body["kind"], body["scope"], project, TEAM_AGENT, tell, int(bool(body.get("always"))), None,
          f"team:{ev.get('origin_user')}@{ev.get('origin_machine')}", now, now, aux, terms)).lastrowid
-    change = _change(conn, ev["event_id"], mid, "created", None, f"from the team: {who}, written {body.get('written_at') or '?'}")
+    change = _change(conn, ev["event_id"], mid, "created", None,
+                     f"from the team: {who}, written {body.get('written_at') or '?'}")
     conn.execute("INSERT INTO team_uids (memory_id, uid, team, local, machine, user, origin_time) "
                  "VALUES (?,?,?,0,?,?,?)", (mid, uid, m.team, ev.get("origin_machine"), ev.get("origin_user"),
                                             body.get("written_at")))
@@ -145,7 +147,8 @@ def _edge(conn, m, ev: dict) -> tuple:
     if ev["kind"] == "retract":
         outcome, change = _retract(conn, ev["event_id"], target, (ev["body"] or {}).get("why") or "retracted", _who(ev))
     else:
-        outcome, change = _link(conn, ev["event_id"], target, _local_id(conn, ev.get("other_uid")), ev["other_uid"], _who(ev))
+        outcome, change = _link(conn, ev["event_id"], target, _local_id(conn, ev.get("other_uid")), ev["other_uid"],
+                                _who(ev))
     return outcome, target, change
 
 

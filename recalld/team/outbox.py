@@ -67,9 +67,11 @@ def _remember(conn, m, change, mem) -> int:
     n = _queue(conn, m, change["id"], "remember", uid, None, key, body)
     for old in conn.execute("SELECT * FROM memories WHERE superseded_by = ?", (mem["id"],)).fetchall():
         old_uid = _uid(conn, old["id"])
-        ok_old, old_key = _key_of(old, m) if old_uid is None or old_uid["local"] else (True, _pulled_key(old, m))
-        if old_uid is not None and ok_old:
-            n += _queue(conn, m, change["id"], "supersede", old_uid["uid"], uid, old_key, {"written_at": mem["created_at"]})
+        if old_uid is None:
+            continue  # the team never had it: the edge would name nothing there
+        old_key = _key_of(old, m)[1] if old_uid["local"] else _pulled_key(old, m)
+        n += _queue(conn, m, change["id"], "supersede", old_uid["uid"], uid, old_key,
+                    {"written_at": mem["created_at"]})
     return n
 
 
@@ -100,7 +102,8 @@ def scan(conn: sqlite3.Connection, m: config.Membership) -> tuple[int, bool]:
         changes = conn.execute(
             "SELECT c.id, c.time, c.memory_id, c.action, c.reason FROM memory_changes c WHERE c.id > ? "
             "AND c.action IN ('created', 'imported', 'retracted') "
-            "AND c.id <= ? AND NOT EXISTS (SELECT 1 FROM team_changes t WHERE t.change_id = c.id) ORDER BY c.id LIMIT ?",
+            "AND c.id <= ? AND NOT EXISTS (SELECT 1 FROM team_changes t WHERE t.change_id = c.id) "
+            "ORDER BY c.id LIMIT ?",
             (pos, top, SCAN_BATCH)).fetchall()
         last = changes[-1]["id"] if len(changes) == SCAN_BATCH else top
         for ch in changes:
