@@ -74,6 +74,28 @@ def test_any_order_gives_the_same_current_set_and_replay_changes_nothing(tmp_pat
         conn.close()
 
 
+def test_a_clock_skew_of_minutes_changes_nothing(tmp_path):
+    """The writers' times travel for people only: one machine's clock 10 minutes ahead, the
+    other's 10 behind, gives the same current set and the same supersession links."""
+    evs, uids = _events()
+    results = []
+    for skew, name in ((None, "true"), (600, "skewed")):
+        conn, m = _store(tmp_path, name)
+        batch = []
+        for e in evs:
+            e = dict(e, body=dict(e["body"]))
+            if skew is not None:
+                e["body"]["written_at"] = f"2026-12-02T{'05:20' if e['seq'] % 2 else '05:00'}:00.000000+00:00"
+                e["origin_time"] = e["body"]["written_at"]
+            batch.append(e)
+        inbox.apply(conn, m, batch, upto=len(batch))
+        links = sorted(tuple(r) for r in conn.execute(
+            "SELECT a.uid, b.uid FROM memories x JOIN team_uids a ON a.memory_id = x.id "
+            "JOIN team_uids b ON b.memory_id = x.superseded_by"))
+        results.append((_current(conn), links))
+    assert results[0] == results[1]
+
+
 def test_a_conflict_keeps_both_successors_and_history_says_so(tmp_path):
     evs, uids = _events()
     conn, m = _store(tmp_path, "h")

@@ -30,6 +30,7 @@ DBNAME = "recalld_team"
 # dave is in the team but shares no project; carol is in another team
 PEOPLE = {"alice": TEAM, "bob": TEAM, "dave": TEAM, "carol": OTHER_TEAM}
 WRITERS = 4
+IDLE_S = 20  # how long both daemons sit idle while their CPU is counted
 
 
 def recalld_command() -> list:
@@ -276,16 +277,17 @@ def propagation(a: Home, b: Home, written: dict) -> list:
     return out
 
 
-def copy_memories(src: Home, dst: Home) -> None:
-    """dst gets src's current memory texts, as plain local memories (one import transaction)."""
-    from recalld import store
-    from recalld.core import scope
+def copy_store(src: Home, dst: Home) -> None:
+    """dst's store becomes a copy of src's (SQLite's online backup), memories and team tables alike."""
+    with src.connect() as cs, sqlite3.connect(dst.db) as cd:
+        cs.backup(cd)
 
-    with src.connect() as cs:
-        lines = [json.dumps({"text": r[0], "scope": "shared", "kind": r[1]})
-                 for r in cs.execute("SELECT text, kind FROM memories WHERE invalid_at IS NULL")]
-    with dst.connect() as cd:
-        store.import_jsonl(cd, lines, scope.Scope(project=dst.project, agent="main"))
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _hook_ms(home: Home, prompts: list) -> list:
@@ -314,17 +316,25 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
             lat_ab = propagation(a, b, wa.written)
             lat_ba = propagation(b, a, wb.written)
             # The hook's cost: B (in the team, its replicator applying A's writes as they come) against
-            # C (the same memories, never joined), both daemons up, runs interleaved.
+            # C (a copy of B's store that then left the team), both daemons up, runs interleaved
+            # (the order alternating within each pair).
             c = Home(root, "c", srv.pgpass)
-            copy_memories(b, c)
+            copy_store(b, c)
+            c.cli("team", "leave")
             c.start(team=False)
+            idle = {"in_team": _cpu_s(b.daemon.pid), "not_in_team": _cpu_s(c.daemon.pid)}
+            time.sleep(IDLE_S)
+            idle = {"in_team": _cpu_s(b.daemon.pid) - idle["in_team"],
+                    "not_in_team": _cpu_s(c.daemon.pid) - idle["not_in_team"]}
             prompts = [f"which cache key does the build use for writer {k}?" for k in range(10 if quick else 50)]
             up, down = [], []
             try:
-                with Writers(a, n=2, seed=3):
-                    for p in prompts:
-                        up += _hook_ms(b, [p])
-                        down += _hook_ms(c, [p])
+                # C gets as many writes as B, written locally, so the pair differs in the replicator only
+                with Writers(a, n=2, seed=3), Writers(c, n=2, seed=4):
+                    for i, p in enumerate(prompts):
+                        pair = ((b, up), (c, down)) if i % 2 == 0 else ((c, down), (b, up))
+                        for home, out in pair:
+                            out += _hook_ms(home, [p])
             finally:
                 c.stop()
             # A new machine joins: it reads the team's whole log (catch-up rate)
@@ -357,13 +367,16 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
         "new_machine_catch_up": {"events": d_events, "memories": want, "caught_up": caught,
                                  "seconds_from_daemon_start": _r(catch_up_s),
                                  "events_per_s": _r(d_events / catch_up_s if catch_up_s else None)},
+        "daemon_idle_cpu_s_per_min": {k: _r(v * 60 / IDLE_S) for k, v in idle.items()},
         "hook_prompt_submit_ms": {"in_team": {"p50": _r(pct(up, 0.5)), "p99": _r(pct(up, 0.99))},
                                   "not_in_team": {"p50": _r(pct(down, 0.5)),
                                                   "p99": _r(pct(down, 0.99))},
                                   "runs_each": len(up)},
         "notes": ["hook_prompt_submit_ms: the whole `recalld hook prompt-submit` process, B (in the team, "
                   "its replicator applying A's writes during the runs) interleaved with C (a copy of B's "
-                  "memories that never joined), both daemons up and serving their hooks."],
+                  "store that left the team, as many writers writing into it locally), both daemons up "
+                  "and serving their hooks. "
+                  "daemon_idle_cpu_s_per_min: the same two daemons with nothing written anywhere."],
     }
 
 
