@@ -152,9 +152,12 @@ def _edge(conn, m, ev: dict) -> tuple:
     return outcome, target, change
 
 
-def apply(conn: sqlite3.Connection, m: config.Membership, events: list, upto: int) -> dict:
+def apply(conn: sqlite3.Connection, m: config.Membership, events: list, upto: int,
+          user: "str | None" = None) -> dict:
     """Apply `events` (dicts in the server's order) and move the pull cursor to `upto`, in one
-    transaction. Returns counts by outcome."""
+    transaction. Returns counts by outcome. An event is this machine's own when it names this
+    machine and, if `user` (this machine's role) is given, was written by that role: the
+    server vouches for the role, not for the machine id a member writes."""
     counts: dict = {}
     stemmer = Stemmer(conn)
     conn.execute("BEGIN IMMEDIATE")
@@ -162,7 +165,7 @@ def apply(conn: sqlite3.Connection, m: config.Membership, events: list, upto: in
         for ev in events:
             if conn.execute("SELECT 1 FROM team_inbox WHERE event_id = ?", (ev["event_id"],)).fetchone():
                 outcome, mid, change = "duplicate", None, None
-            elif ev.get("origin_machine") == m.machine:
+            elif ev.get("origin_machine") == m.machine and (user is None or ev.get("origin_user") == user):
                 outcome, mid, change = "own", _local_id(conn, ev["memory_uid"]), None
             elif ev["kind"] == "remember":
                 outcome, mid, change = _remember(conn, m, ev, stemmer)

@@ -70,6 +70,7 @@ class Replicator:
         self._next_try = 0.0
         self._last_quiet = 0.0
         self._last_status = 0.0
+        self._last_error_receipt = (0.0, None)  # when, and for which message
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -224,7 +225,8 @@ class Replicator:
             events, upto = server.pull(self.pg, m.team, after, m.keys())
             if not events:
                 break
-            for k, v in inbox.apply(self.conn, m, events, upto).items():
+            me = (self.state.get("server") or {}).get("user")
+            for k, v in inbox.apply(self.conn, m, events, upto, user=me).items():
                 counts[k] = counts.get(k, 0) + v
             read += len(events)
             if len(events) < server.PULL_BATCH:
@@ -248,7 +250,11 @@ class Replicator:
         self._disconnect()
         # back off: 1 s, 2 s, 4 s ... up to BACKOFF_MAX_S while it keeps failing
         self._next_try = now + min(BACKOFF_MAX_S, max(1.0, 2 * (now - self._failing_since)))
-        self._receipt("error", moved or {}, t0 or time.perf_counter(), error=f"{stage}: {msg}")
+        # one receipt per failure, not per retry: a new error, or the same one a minute later
+        when, last_msg = self._last_error_receipt
+        if first or msg != last_msg or now - when >= QUIET_RECEIPT_S:
+            self._receipt("error", moved or {}, t0 or time.perf_counter(), error=f"{stage}: {msg}")
+            self._last_error_receipt = (now, msg)
         if self.log:
             self.log.warning("team_sync_failed", stage=stage, error=msg)
         self._status(force=True, joined=True)
