@@ -155,6 +155,7 @@ class Home:
             os.killpg(self.daemon.pid, signal.SIGKILL)
             self.daemon.wait(timeout=30)
             self.daemon = None
+            self._out.close()
 
     def stop(self) -> None:
         if self.daemon is None:
@@ -262,8 +263,6 @@ def join_both(srv: TeamServer, a: Home, b: Home) -> None:
 
 def propagation(a: Home, b: Home, written: dict) -> list:
     """Seconds from each of A's writes returning to its row in B's store (the inbox time)."""
-    from recalld.team.status import _age_s  # noqa: F401  (same ISO parsing)
-
     with a.connect() as ca:
         uid_of = {r[0]: r[1] for r in ca.execute("SELECT memory_id, uid FROM team_uids WHERE local = 1")}
     with b.connect() as cb:
