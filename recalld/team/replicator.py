@@ -77,6 +77,7 @@ class Replicator:
     def serve(self, stop: threading.Event) -> None:
         self.conn = db.connect(self.db_path)
         seen_version = None
+        said_unjoined = False
         try:
             while not stop.is_set():
                 # data_version moves only when another connection commits: an idle store costs
@@ -85,10 +86,13 @@ class Replicator:
                 if version != seen_version or self.member is None:
                     self.member = config.current(self.conn)
                 if self.member is None:
-                    self._disconnect()
-                    self._status(force=False, joined=False)
+                    if self.pg is not None or not said_unjoined:  # once, not every second
+                        self._disconnect()
+                        self._status(force=True, joined=False)
+                        said_unjoined = True
                     stop.wait(1.0)
                     continue
+                said_unjoined = False
                 if not self._connected(stop):
                     seen_version = None
                     continue
