@@ -158,3 +158,32 @@ def test_join_refuses_a_password_and_a_team_the_role_is_not_in(team_server, tmp_
     h.cli("team", "join", url)
     assert json.loads(h.cli("team", "status", "--json").stdout)["team"] == "other"
     assert "left team other" in h.cli("team", "leave").stdout
+
+
+def test_pulls_can_read_from_a_replica(team_server, tmp_path):  # noqa: F811
+    """B pulls from a hot standby (NOTIFY stays on the primary, where B listens and pushes)."""
+    try:
+        replica = team_server.cluster.add_replica()
+    except RuntimeError as e:
+        pytest.skip(f"no replica here: {e}")
+    with open(team_server.pgpass, "a", encoding="utf-8") as f:  # libpq matches the port too
+        f.write(replica.pgpass_line("bob", team_server.passwords["bob"]))
+    try:
+        a, b = Home(str(tmp_path), "a", team_server.pgpass), Home(str(tmp_path), "b", team_server.pgpass)
+        a.cli("team", "join", team_server.url("alice"))
+        b.cli("team", "join", team_server.url("bob"), "--read", replica.member_conninfo("bob", "recalld_team"))
+        a.start()
+        b.start()
+        try:
+            assert b.status_file()["reader"]["replica"] is True
+            a.cli("remember", "replicated: the nightly job runs at 02:00 UTC", "--scope", "shared")
+            assert wait_until(lambda: _local(b, "nightly job runs at 02:00"), 30)
+            b.cli("remember", "replicated: from bob, through the primary", "--scope", "shared")
+            assert wait_until(lambda: _local(a, "from bob, through the primary"), 30)
+            st = json.loads(b.cli("team", "status", "--json").stdout)
+            assert st["read_conninfo"] and st["queued"] == 0
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        replica.close()

@@ -51,8 +51,9 @@ def test_soak_kills_and_a_server_restart_lose_nothing_and_repeat_nothing(team_se
         assert not wa.errors and not wb.errors, (wa.errors[:3], wb.errors[:3])
         assert len(wa.written) > 100 and len(wb.written) > 100
 
-        def settled():
-            return (a.current_uids() == b.current_uids() and a.all_uids() == b.all_uids()
+        def settled():  # every write queued on its side first: the last ones may not be yet
+            return (a.scanned(wa.written) and b.scanned(wb.written)
+                    and a.current_uids() == b.current_uids() and a.all_uids() == b.all_uids()
                     and _events_on_server(team_server)[0] - before == _outbox(a) + _outbox(b))
         assert wait_until(settled, 90, step_s=1.0), "the two sides did not converge within 90 s of the last write"
     finally:

@@ -181,6 +181,12 @@ class Home:
             return {r[0] for r in c.execute("SELECT u.uid FROM team_uids u JOIN memories m ON m.id = u.memory_id "
                                             "WHERE m.invalid_at IS NULL")}
 
+    def scanned(self, memory_ids) -> bool:
+        """Whether every one of these local memories has been given its global id (queued)."""
+        with self.connect() as c:
+            have = {r[0] for r in c.execute("SELECT memory_id FROM team_uids WHERE local = 1")}
+        return set(memory_ids) <= have
+
     def all_uids(self) -> set:
         with self.connect() as c:
             return {r[0] for r in c.execute("SELECT uid FROM team_uids")}
@@ -311,7 +317,8 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
             with Writers(a, seed=1) as wa, Writers(b, seed=2) as wb:
                 time.sleep(seconds)
             load = os.getloadavg()
-            settle = wait_until(lambda: a.current_uids() == b.current_uids() and a.all_uids() == b.all_uids(), 60)
+            settle = wait_until(lambda: a.scanned(wa.written) and b.scanned(wb.written)
+                                and a.current_uids() == b.current_uids() and a.all_uids() == b.all_uids(), 60)
             lat_ab = propagation(a, b, wa.written)
             lat_ba = propagation(b, a, wb.written)
             # The hook's cost: B (in the team, its replicator applying A's writes as they come) against

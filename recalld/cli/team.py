@@ -37,8 +37,10 @@ def register(cli):
     @click.option("--project", "share", is_flag=True, help="Also share this repository's project memories "
                   "(the project is named by its normalized git remote URL).")
     @click.option("--cwd", type=click.Path(file_okay=False), help="The repository (default: current directory).")
+    @click.option("--read", "read_conninfo", metavar="URL", help="A read replica of the team's server: pulls "
+                  "read there; pushes and notifications stay on URL (taken at the first join).")
     @click.option("--json", "as_json", is_flag=True)
-    def join_cmd(conninfo, team_name, share, cwd, as_json):
+    def join_cmd(conninfo, team_name, share, cwd, read_conninfo, as_json):
         """Join a team (URL: a libpq URL, `key=value` string or `service=NAME`, without a password:
         libpq reads it from PGPASSFILE or the service file). Again with --project in each repository
         you share. The daemon syncs (recalld daemon start)."""
@@ -67,7 +69,16 @@ def register(cli):
                 raise Fail(f"this store syncs with team {m.team!r} ({m.conninfo}): recalld team leave first")
             out = {"team": team_name, "user": who["user"], "server": who, "joined": m is None, "shared": None}
             if m is None:
-                config.record(conn, "join", team=team_name, conninfo=conninfo, machine=config.new_machine_id())
+                if read_conninfo:
+                    rd = _server(read_conninfo)
+                    try:
+                        out["reader"] = server.whoami(rd)
+                        if team_name not in server.teams_of_me(rd):
+                            raise Fail(f"the read replica does not show role {who['user']} in team {team_name!r}")
+                    finally:
+                        rd.close()
+                config.record(conn, "join", team=team_name, conninfo=conninfo, machine=config.new_machine_id(),
+                              read_conninfo=read_conninfo)
                 m = config.current(conn)
             if share:
                 project = scope.resolve_project(cwd)
@@ -167,6 +178,8 @@ def format_status(st: dict) -> str:
         left = st.get("left")
         return "not in a team" + (f" (left {left['team']} at {left['time']})" if left else "")
     lines = [f"team {st['team']} ({st['conninfo']}), this machine {st['machine']}, joined {st['joined_at']}"]
+    if st.get("read_conninfo"):
+        lines.append(f"  pulls read from {st['read_conninfo']}")
     for project, key in sorted((st.get("projects") or {}).items()):
         lines.append(f"  sharing {project} as {key}")
     rep = st.get("replicator")

@@ -26,6 +26,7 @@ class Membership:
     conninfo: str
     machine: str  # this store's id in the team (random at join), with the host name for people
     joined_at: str
+    read_conninfo: "str | None" = None  # a read replica for pulls, or None: the primary
     projects: dict = field(default_factory=dict)  # local project path -> project key
 
     def keys(self) -> list:
@@ -37,7 +38,8 @@ def current(conn: sqlite3.Connection) -> "Membership | None":
     m = None
     for r in rows:
         if r["action"] == "join":
-            m = Membership(team=r["team"], conninfo=r["conninfo"], machine=r["machine"], joined_at=r["time"])
+            m = Membership(team=r["team"], conninfo=r["conninfo"], machine=r["machine"], joined_at=r["time"],
+                           read_conninfo=r["read_conninfo"])
         elif r["action"] == "leave":
             m = None
         elif r["action"] == "share" and m is not None and r["team"] == m.team:
@@ -67,7 +69,7 @@ def new_machine_id() -> str:
 
 
 def record(conn: sqlite3.Connection, action: str, *, team=None, conninfo=None, machine=None, project=None,
-           project_key=None) -> None:
+           project_key=None, read_conninfo=None) -> None:
     """One row of the log, with a cursor reset to 0 on join and share: the change log is then
     scanned again (what was already queued is not queued twice) and the team's log read again
     (what was already applied is not applied twice), so memories written before the share go
@@ -75,8 +77,9 @@ def record(conn: sqlite3.Connection, action: str, *, team=None, conninfo=None, m
     now = receipts.now_iso()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("INSERT INTO team_log (time, action, team, conninfo, machine, project, project_key) "
-                     "VALUES (?,?,?,?,?,?,?)", (now, action, team, conninfo, machine, project, project_key))
+        conn.execute("INSERT INTO team_log (time, action, team, conninfo, read_conninfo, machine, project, project_key) "
+                     "VALUES (?,?,?,?,?,?,?,?)", (now, action, team, conninfo, read_conninfo, machine, project,
+                                                  project_key))
         if action in ("join", "share"):
             for cursor in ("scan", "pull"):
                 conn.execute("INSERT INTO team_cursors (time, team, cursor, position, reason) VALUES (?,?,?,0,?)",

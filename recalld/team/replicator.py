@@ -30,6 +30,7 @@ POLL_S = 10.0
 BACKOFF_MAX_S = 10.0
 QUIET_RECEIPT_S = 60.0
 PUSH_BATCH = 500
+REPLICA_WAIT_S = 2.0
 STATUS_FILE = "team-status.json"
 
 
@@ -58,6 +59,7 @@ class Replicator:
         self.poll_s = poll_s
         self.pg = None
         self.listen = None
+        self.reader = None  # a read replica's connection, when the membership names one
         self.conn = None
         self.member: "config.Membership | None" = None
         self.state = {"started_at": receipts.now_iso(), "passes": 0, "pushed": 0, "applied": 0, "errors": 0,
@@ -123,6 +125,10 @@ class Replicator:
             self.listen.execute(f"LISTEN {server.CHANNEL}")
             self.state["server"] = server.whoami(self.pg)
             self.pg.commit()
+            if self.member.read_conninfo:
+                self.reader = server.connect(self.member.read_conninfo)
+                self.state["reader"] = server.whoami(self.reader)
+                self.reader.commit()
             self.state["connected"] = True
             self._failing_since = None
             self._last_pull = 0.0  # a pull right away: whatever was missed while away
@@ -168,7 +174,7 @@ class Replicator:
                 moved["pushed"] = self._push()
             stage = "pull"
             if force_pull or time.monotonic() - self._last_pull >= self.poll_s:
-                moved["read"], moved["applied"] = self._pull()
+                moved["read"], moved["applied"] = self._pull(woke=force_pull)
         except Exception as e:
             self._failed(stage, e, moved, t0)
             return moved
@@ -221,13 +227,21 @@ class Replicator:
             self.state["last_push"] = receipts.now_iso()
         return total
 
-    def _pull(self) -> tuple[int, dict]:
+    def _pull(self, woke: bool = False) -> tuple[int, dict]:
+        """Read and apply. From a replica, after a notification: until the replica has replayed
+        what the primary says is there (at most REPLICA_WAIT_S; the poll catches the rest)."""
         m = self.member
         read, counts = 0, {}
+        source = self.reader or self.pg
+        target = server.last_seq(self.pg, m.team, m.keys()) if self.reader is not None and woke else 0
+        deadline = time.monotonic() + REPLICA_WAIT_S
         while True:
             after = config.cursor(self.conn, m.team, "pull")
-            events, upto = server.pull(self.pg, m.team, after, m.keys())
+            events, upto = server.pull(source, m.team, after, m.keys())
             if not events:
+                if after < target and time.monotonic() < deadline:
+                    time.sleep(0.02)  # the replica has not replayed it yet
+                    continue
                 break
             me = (self.state.get("server") or {}).get("user")
             for k, v in inbox.apply(self.conn, m, events, upto, user=me).items():
@@ -295,13 +309,13 @@ class Replicator:
             pass
 
     def _disconnect(self) -> None:
-        for c in (self.pg, self.listen):
+        for c in (self.pg, self.listen, self.reader):
             if c is not None:
                 try:
                     c.close()
                 except Exception:
                     pass
-        self.pg = self.listen = None
+        self.pg = self.listen = self.reader = None
 
 
 def start_for_daemon(dm) -> "threading.Thread | None":

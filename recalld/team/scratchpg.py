@@ -93,6 +93,30 @@ class Cluster:
             time.sleep(down_s)
         self.pg_start()
 
+    def add_replica(self) -> "Cluster":
+        """A streaming hot standby of this cluster (pg_basebackup -R), on its own port: the same
+        roles, passwords and rows, read-only, a moment behind."""
+        rep = Cluster.__new__(Cluster)
+        rep.bindir, rep.as_root, rep.owner = self.bindir, self.as_root, self.owner
+        rep.root = tempfile.mkdtemp(prefix="recalld-pg-replica-")
+        rep.data = os.path.join(rep.root, "data")
+        rep.sockdir = os.path.join(rep.root, "sock")
+        rep.port = _free_port()
+        rep.logfile = os.path.join(rep.root, "server.log")
+        os.makedirs(rep.sockdir)
+        if self.as_root:
+            ent = pwd.getpwnam(OWNER)
+            for d in (rep.root, rep.sockdir):
+                os.chown(d, ent.pw_uid, ent.pw_gid)
+        r = self._run("pg_basebackup", "-h", self.sockdir, "-p", str(self.port), "-U", self.owner, "-D", rep.data,
+                      "-R", "-X", "stream", "-c", "fast", check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed: {r.stderr.strip()[-400:]}")
+        with open(os.path.join(rep.data, "postgresql.auto.conf"), "a", encoding="utf-8") as f:
+            f.write(f"port = {rep.port}\nunix_socket_directories = '{rep.sockdir}'\n")
+        rep.pg_start()
+        return rep
+
     def owner_conninfo(self, dbname: str = "postgres") -> str:
         return f"host={self.sockdir} port={self.port} user={self.owner} dbname={dbname}"
 

@@ -131,9 +131,19 @@ def share_project(pg, team: str, key: str) -> None:
 
 def whoami(pg) -> dict:
     row = pg.execute("SELECT current_user, current_database(), inet_server_addr()::text, "
-                     "current_setting('server_version')").fetchone()
+                     "current_setting('server_version'), pg_is_in_recovery()").fetchone()
     ssl = bool(getattr(pg.pgconn, "ssl_in_use", False))
-    return {"user": row[0], "database": row[1], "server": row[2] or "local socket", "version": row[3], "tls": ssl}
+    return {"user": row[0], "database": row[1], "server": f"{row[2] or 'local socket'} port {pg.info.port}",
+            "version": row[3], "tls": ssl, "replica": row[4]}
+
+
+def last_seq(pg, team: str, keys: list) -> int:
+    """The primary's last sequence number of the events a pull reads (`pull`'s filter): what a
+    pull from a replica must reach before it has seen a notified push."""
+    row = pg.execute("SELECT coalesce(max(seq), 0) FROM recalld_events WHERE team = %s "
+                     "AND (project_key IS NULL OR project_key = ANY(%s))", (team, keys)).fetchone()
+    pg.commit()
+    return row[0]
 
 
 def push(pg, team: str, machine: str, rows: list) -> list:

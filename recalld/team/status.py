@@ -43,13 +43,15 @@ def of(conn: sqlite3.Connection) -> dict:
                            "ORDER BY id DESC LIMIT 1").fetchone()
     return {
         "joined": True, "team": m.team, "conninfo": m.conninfo, "machine": m.machine, "joined_at": m.joined_at,
+        "read_conninfo": m.read_conninfo,
         "projects": m.projects, "queued": q["queued"], "oldest_queued": q["oldest"],
         "unscanned_changes": unscanned,
         "lag_s": _age_s(q["oldest"]) if q["queued"] else 0.0,
         "shared_by_me": local, "from_team": inbox_counts,
         "last_pull": st.get("last_pull") if fresh else None, "last_push": st.get("last_push") if fresh else None,
         "last_sync_age_s": _age_s(st.get("last_pull")) if fresh else None,
-        "replicator": {k: st.get(k) for k in ("running", "pid", "connected", "server", "written_at", "errors")}
+        "replicator": {k: st.get(k) for k in ("running", "pid", "connected", "server", "reader", "written_at",
+                                                "errors")}
         if fresh else None,
         "last_error": (st.get("last_error") if fresh else None) or (dict(last_err) if last_err else None),
         "last_ok_pass": last_ok[0] if last_ok else None,
