@@ -332,7 +332,7 @@ def run(quick: bool = False, seconds: "float | None" = None) -> dict:
             time.sleep(IDLE_S)
             idle = {"in_team": _cpu_s(b.daemon.pid) - idle["in_team"],
                     "not_in_team": _cpu_s(c.daemon.pid) - idle["not_in_team"]}
-            prompts = [f"which cache key does the build use for writer {k}?" for k in range(10 if quick else 50)]
+            prompts = [f"which cache key does the build use for writer {k}?" for k in range(10 if quick else 150)]
             up, down = [], []
             try:
                 # C gets as many writes as B, written locally, so the pair differs in the replicator only

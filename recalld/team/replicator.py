@@ -99,6 +99,8 @@ class Replicator:
                     seen_version = None
                     continue
                 woke = self._wait(TICK_S)
+                if self.pg is None:  # the wait lost the server: reconnect (with backoff) first
+                    continue
                 after = self.conn.execute("PRAGMA data_version").fetchone()[0]
                 if woke or after != seen_version or self._backlog or \
                         time.monotonic() - self._last_pull >= self.poll_s:
