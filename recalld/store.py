@@ -313,6 +313,12 @@ def history(conn: sqlite3.Connection, mid, sc: Scope) -> list[dict]:
         if m["superseded_by"]:
             todo.append(m["superseded_by"])
         todo.extend(r[0] for r in conn.execute("SELECT id FROM memories WHERE superseded_by = ?", (cur,)))
+        # a memory two machines superseded has one superseded_by and a second edge in its change
+        # log (recalld/team/inbox.py): both successors belong to its chain
+        todo.extend(r[0] for r in conn.execute("SELECT other_id FROM memory_changes WHERE memory_id = ? AND "
+                                               "action = 'superseded' AND other_id IS NOT NULL", (cur,)))
+        todo.extend(r[0] for r in conn.execute("SELECT memory_id FROM memory_changes WHERE other_id = ? AND "
+                                               "action = 'superseded'", (cur,)))
     chain = []
     for m_id in sorted(chain_ids):
         m = get(conn, m_id)

@@ -37,9 +37,14 @@ def register(cli):
         died = lastrun.begin()
         if died:
             click.echo(f"recalld: the last daemon (pid {died.get('pid')}) {died.get('how')}", err=True)
+        from recalld.team.replicator import start_for_daemon
+
         dm = Daemon(turn_end_hooks=turn_end_hooks(), embedder=EmbedPass())
+        team = start_for_daemon(dm)  # the team replicator (recalld/team), idle until `recalld team join`
         click.echo(f"recalld daemon: pid {os.getpid()}, log {log_path()}", err=True)
         code = dm.run()
+        dm.stop_event.set()  # also when it never started (another daemon holds the lock)
+        team.join(timeout=10)
         if code == 3:
             click.echo(f"recalld: a daemon is already running (pid {autostart.running_pid()})", err=True)
         sys.exit(code)

@@ -358,7 +358,7 @@ def _print_doctor(rep: dict) -> None:
     click.echo(f"  fallback receipts: {s['fallback_receipts']} ({s['fallback_receipts_path']})")
     if s.get("error"):
         click.echo(f"  error: {s['error']}")
-    for name in ("models", "daemon"):
+    for name in ("models", "daemon", "team"):
         m = rep[name]
         if not m.get("available"):
             click.echo(f"{name}: not part of this build")
@@ -375,6 +375,8 @@ def _print_doctor(rep: dict) -> None:
             click.echo(f"daemon: {'running, pid ' + str(d['pid']) if d['running'] else 'not running'}"
                        f"{', serving the hooks' if serving else ''}; autostart {'on' if d['autostart'] else 'off'}")
             _print_daemon_health(d)
+        elif name == "team" and isinstance(m.get("status"), dict):
+            click.echo("team: " + _team_line(m["status"]))
         else:
             click.echo(f"{name}: {json.dumps(m.get('status'), default=str)[:500]}")
     _print_probe(rep.get("model_probe"))
@@ -408,3 +410,13 @@ def _print_doctor(rep: dict) -> None:
         if h.get("error"):
             click.echo(f"  problem: {h['error']}")
 
+
+def _team_line(t: dict) -> str:
+    if not t.get("joined"):
+        return "not in a team (recalld team join URL)"
+    rep = t.get("replicator") or {}
+    sync = "no sync yet (is the daemon running?)" if not t.get("last_pull") else \
+        f"last sync {t['last_pull']}{', connected' if rep.get('connected') else ', not connected'}"
+    err = t.get("last_error")
+    return (f"{t['team']}, {len(t.get('projects') or {})} shared projects; {sync}; {t['queued']} queued"
+            + (f"; last error {err.get('time')}: {err.get('error')}" if err else ""))

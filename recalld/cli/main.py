@@ -207,7 +207,7 @@ def import_(file, cwd, allow_secrets, as_json):
 @click.option("--summary", is_flag=True, help="Per hook: runs, outcome shares, p50/p99 duration.")
 @click.option("--session")
 @click.option("--hook")
-@click.option("--source", type=click.Choice(["hook", "daemon", "proposer", "cli", "mcp"]))
+@click.option("--source", type=click.Choice(["hook", "daemon", "proposer", "cli", "mcp", "team"]))
 @click.option("--limit", type=int, default=None)
 def receipts_cmd(as_json, summary, session, hook, source, limit):
     """What every hook run and background pass did: delivered, cut, withheld, failed."""
@@ -346,8 +346,8 @@ def config_set(key, value):
 
 
 # Every command module, listed where it is wired (no discovery by scanning).
-from recalld.cli import bench, crystals, daemon, demo, embed, export, install, judge, models, proposals  # noqa: E402
+from recalld.cli import bench, crystals, daemon, demo, embed, export, install, judge, models, proposals, team  # noqa: E402
 
-COMMAND_MODULES = (bench, crystals, daemon, demo, embed, export, install, judge, models, proposals)
+COMMAND_MODULES = (bench, crystals, daemon, demo, embed, export, install, judge, models, proposals, team)
 for _mod in COMMAND_MODULES:
     _mod.register(cli)

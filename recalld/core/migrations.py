@@ -368,4 +368,109 @@ CREATE TABLE memory_vectors (
 ALTER TABLE queue ADD COLUMN tier TEXT NOT NULL DEFAULT 'whole' CHECK (tier IN ('whole', 'tell'));
 """,
     ),
+    (
+        8,
+        "team: membership log, outbox of events for the team's PostgreSQL, inbox of applied events, global ids",
+        """
+-- Which team this store syncs with, as append-only events: the latest 'join' after the last
+-- 'leave' is the current one, with the projects 'share'd since. No password is ever stored:
+-- conninfo is what libpq reads, the secret comes from PGPASSFILE or a service file;
+-- read_conninfo, when set, is a read replica the pulls go to.
+CREATE TABLE team_log (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('join', 'share', 'leave')),
+    team TEXT,
+    conninfo TEXT,
+    read_conninfo TEXT,
+    machine TEXT,
+    project TEXT,
+    project_key TEXT
+);
+-- A memory's global id, on every machine of the team: minted for a local write when it is
+-- first queued, taken from the event for one that came from the team (local = 0).
+CREATE TABLE team_uids (
+    memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+    uid TEXT NOT NULL UNIQUE,
+    team TEXT NOT NULL,
+    local INTEGER NOT NULL CHECK (local IN (0, 1)),
+    machine TEXT,
+    user TEXT,
+    origin_time TEXT
+);
+-- Local writes to shared scopes as events (remember, supersede, retract), queued until pushed.
+-- One row per (change, kind, memory): scanning the change log again queues nothing twice.
+CREATE TABLE team_outbox (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    event_id TEXT NOT NULL UNIQUE,
+    team TEXT NOT NULL,
+    change_id INTEGER NOT NULL REFERENCES memory_changes(id),
+    kind TEXT NOT NULL CHECK (kind IN ('remember', 'supersede', 'retract')),
+    memory_uid TEXT NOT NULL,
+    other_uid TEXT,
+    project_key TEXT,
+    body TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (team, change_id, kind, memory_uid)
+);
+-- An outbox event the team's server took (its sequence number there).
+CREATE TABLE team_pushed (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    outbox_id INTEGER NOT NULL UNIQUE REFERENCES team_outbox(id),
+    seq INTEGER
+);
+-- Cursors, as append-only rows (the latest per team counts): how far the change log was
+-- turned into events, and how far the server's log was read.
+CREATE TABLE team_cursors (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    team TEXT NOT NULL,
+    cursor TEXT NOT NULL CHECK (cursor IN ('scan', 'pull')),
+    position INTEGER NOT NULL,
+    reason TEXT
+);
+CREATE INDEX team_cursors_team ON team_cursors(team, cursor, id);
+-- Every event read from the team, applied once (event_id is unique): what it did here and the
+-- memory it is about; `body` keeps a retraction's reason for when its memory arrives after it.
+CREATE TABLE team_inbox (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    team TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event_id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('remember', 'supersede', 'retract')),
+    memory_uid TEXT NOT NULL,
+    other_uid TEXT,
+    machine TEXT,
+    user TEXT,
+    origin_time TEXT,
+    outcome TEXT NOT NULL,
+    memory_id INTEGER,
+    body TEXT
+);
+-- Every change to a memory that an event of the team wrote here: never queued back to it.
+CREATE TABLE team_changes (
+    change_id INTEGER PRIMARY KEY REFERENCES memory_changes(id),
+    event_id TEXT NOT NULL
+);
+CREATE INDEX team_inbox_memory ON team_inbox(memory_uid);
+CREATE INDEX team_inbox_other ON team_inbox(other_uid) WHERE other_uid IS NOT NULL;
+
+CREATE TRIGGER team_log_append_only_u BEFORE UPDATE ON team_log BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_log_append_only_d BEFORE DELETE ON team_log BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_uids_append_only_u BEFORE UPDATE ON team_uids BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_uids_append_only_d BEFORE DELETE ON team_uids BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_outbox_append_only_u BEFORE UPDATE ON team_outbox BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_outbox_append_only_d BEFORE DELETE ON team_outbox BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_pushed_append_only_u BEFORE UPDATE ON team_pushed BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_pushed_append_only_d BEFORE DELETE ON team_pushed BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_cursors_append_only_u BEFORE UPDATE ON team_cursors BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_cursors_append_only_d BEFORE DELETE ON team_cursors BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_inbox_append_only_u BEFORE UPDATE ON team_inbox BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_inbox_append_only_d BEFORE DELETE ON team_inbox BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_changes_append_only_u BEFORE UPDATE ON team_changes BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER team_changes_append_only_d BEFORE DELETE ON team_changes BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+""",
+    ),
 ]

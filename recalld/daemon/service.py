@@ -95,6 +95,9 @@ class Daemon:
         self.store = {"path": None, "reopened": 0, "last_reopen": None, "error": None}
         self._store_ident: "tuple | None" = None
         self._store_lock = threading.Lock()
+        # One thread reopens at a time: another that noticed the new file while the first was
+        # still creating it would otherwise count it first, as "replaced" instead of "deleted".
+        self._reopen_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -460,6 +463,10 @@ class Daemon:
         now = _store_id()
         if now is not None and now == ident:
             return conn, ident
+        with self._reopen_lock:
+            return self._reopen(conn, now, who)
+
+    def _reopen(self, conn, now, who: str) -> tuple:
         try:
             new = db.connect()
         except (sqlite3.Error, OSError) as e:

@@ -179,6 +179,7 @@ def report(cwd=None, command=None, run_hook: bool = True, probe_models: bool = T
     out["models"] = models()
     out["model_probe"] = model_probe() if probe_models else None
     out["daemon"] = daemon()
+    out["team"] = optional_module("team.status", ("summary",))  # team sync (recalld/team), read offline
     out["bytecode"] = bytecode()
     out["crystals"] = crystal_trust(cwd)
     return out
