@@ -83,17 +83,24 @@ def _serve(server):
     return stop, t
 
 
-@pytest.fixture
-def daemon(home, stored):
+@pytest.fixture(params=["socket", "in-process"])
+def daemon(request, home, stored, monkeypatch):
     # what the real daemon answers is under test here, not how fast: a loaded machine (the
-    # tests share it) must not turn an answer into a timeout (the deadline still caps it)
+    # tests share it) must not turn an answer into a timeout (the deadline still caps it).
+    # "socket": the hook as a hook process runs it; "in-process": as the daemon serves it
+    # (the query server sets semantic.LOCAL in its own process)
     settings.save({"semantic_wait_ms": 250})
     server = query.QueryServer(FakePass(ConceptEncoder()))
     stop, t = _serve(server)
+    assert semantic.LOCAL == server.ask
+    if request.param == "socket":
+        monkeypatch.setattr(semantic, "LOCAL", None)
+    server.path = request.param
     yield server
     stop.set()
     t.join(5)
     assert not t.is_alive()
+    assert semantic.LOCAL is None
 
 
 def _prompt(text, cwd=P1, session="s1"):
@@ -123,11 +130,12 @@ def test_daemon_up_answers_semantically_with_a_paraphrase_lexical_search_misses(
     assert r["delivered_ids"] == [f"m:{stored['cents']}"]
     assert r["detail"]["via"] == ["dense"]
     assert "integer cents" in out
+    counter = "answered" if daemon.path == "socket" else "served_in_process"
     for _ in range(100):  # counted after the answer is sent
-        if daemon.state["answered"]:
+        if daemon.state[counter]:
             break
         time.sleep(0.01)
-    assert daemon.state["answered"] == 1
+    assert daemon.state[counter] == 1
 
 
 def test_daemon_down_is_the_lexical_answer_exactly(home, stored):

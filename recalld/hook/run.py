@@ -76,7 +76,7 @@ def memory_items(ctx: Ctx) -> list:
     hits = search(ctx.conn, ctx.hi.text, ctx.scope, limit=int(cfg["max_results"]) * 3, floor=0.0)
     above = [h for h in hits if h.score >= float(cfg["floor"])]
     if asked is not None:  # the daemon's fused ranking, or (down, slow, broken) the lexical one
-        above = semantic.ranked(ctx, asked, above)
+        above = semantic.ranked(ctx, asked, above, hits)
     seen = in_context(ctx, [f"m:{h.id}" for h in above])
     if seen:  # already in this session's context: never the same memory twice
         ctx.detail["in_context"] = sorted(seen)
