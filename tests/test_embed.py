@@ -516,6 +516,19 @@ def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc)
 
 @needs_weights
 @pytest.mark.model
+def test_the_onnxruntime_graph_gives_the_numpy_pass_vectors(enc, monkeypatch):
+    if enc.runtime != "onnxruntime":
+        pytest.skip(f"onnxruntime pass not built: {enc.runtime_reason}")
+    monkeypatch.setenv("RECALLD_EMBED_RUNTIME", "numpy")
+    plain = embed.Encoder(WEIGHTS.path)
+    assert plain.runtime == "numpy" and plain.model == enc.model
+    texts = PINNED + ["", "   ", "日本語のテキストと絵文字 🎉", "word " * 600, "short"]
+    for batch in (1, 4, 32):  # padded batches too
+        assert np.abs(enc.embed(texts, batch=batch) - plain.embed(texts, batch=batch)).max() < 1e-5
+
+
+@needs_weights
+@pytest.mark.model
 def test_backfill_cli_and_dense_search_find_a_paraphrase(home, project):
     env = {"RECALLD_HOME": str(home)}
     texts = ["Ledgerly's invoices are stored in PostgreSQL 16 through psycopg 3.",
