@@ -597,3 +597,16 @@ def test_a_graph_never_returns_what_was_retracted_or_superseded_nor_another_agen
     got = [m for m, _ in vectors.dense_search(conn, q, MAIN, 5, model="m", index=index)]
     assert len(got) == 5 and not set(got) & set(near) and not set(got) & set(theirs)
     assert got == [m for m in _expected(conn, vecs, q, MAIN, 5)]
+
+
+def test_the_graph_library_and_the_embedders_runtime_load_together_in_either_order():
+    # usearch imported before onnxruntime crashed the process; vectors._ann_class orders them
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("usearch")
+    code = ("from recalld.model import vectors; vectors._ann_class(); "
+            "from recalld.model import onnxbert; import onnxruntime; print('ok')")
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr[-500:])

@@ -92,7 +92,7 @@ def daemon(request, home, stored, monkeypatch):
     settings.save({"semantic_wait_ms": 250})
     server = query.QueryServer(FakePass(ConceptEncoder()))
     stop, t = _serve(server)
-    assert semantic.LOCAL == server.ask
+    assert semantic.LOCAL is server
     if request.param == "socket":
         monkeypatch.setattr(semantic, "LOCAL", None)
     server.path = request.param
@@ -392,3 +392,52 @@ def test_the_warm_index_keeps_projects_apart_and_multiplies_only_the_scopes_rows
     got = [m for m, _ in vectors.dense_search(conn, q, scope.Scope("/elsewhere", "main"), 5, model=enc.model,
                                               index=index)]
     assert got == [shared]
+
+
+def test_a_prefetched_prompt_is_embedded_once_and_a_repeated_one_comes_from_the_cache(home, stored, conn):
+    calls = []
+
+    class Counting(ConceptEncoder):
+        def embed_one(self, text):
+            calls.append(text)
+            time.sleep(0.05)  # still being made when the ask comes
+            return super().embed_one(text)
+
+    settings.save({"semantic_wait_ms": 1000})
+    server = query.QueryServer(FakePass(Counting()))
+    stop, t = _serve(server)
+    try:
+        text = "How should I write a price of 19.99 in the schema?"
+        server.prefetch(text)
+        job = server.ask(text, scope.Scope(P1, "main"), 15, 0.3)
+        got = job.answer(conn, None, time.perf_counter() + 5)
+        assert [h[0] for h in got["hits"]] == [stored["cents"]] and not got["ms"]["cached"]
+        again = server.ask(text, scope.Scope(P1, "main"), 15, 0.3).answer(conn, None, time.perf_counter() + 5)
+        assert again["ms"]["cached"] and again["hits"] == got["hits"]
+        assert calls == [text]
+        # the fused order carries each candidate's evidence, the injected one marked
+        first = got["order"][0]
+        assert first[0] == stored["cents"] and first[3] is not None and first[4] == "dense" and first[5] is True
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def test_the_fused_order_is_read_back_through_the_hooks_scope_with_its_evidence(stored, conn):
+    sc = scope.Scope(P1, "main")
+    order = [(stored["other"], 3.0, None, 0.9, "dense", True),  # another project's: never
+             (stored["cents"], 2.5, 0.1, 0.6, "both", True), (stored["pool"], 0.4, 0.4, None, "lexical", False)]
+    got = semantic.read_back_order(conn, sc, order)
+    assert [(f.id, f.key, f.lexical, f.cosine, f.via, f.inject) for f in got] == [
+        (stored["cents"], 2.5, 0.1, 0.6, "both", True), (stored["pool"], 0.4, 0.4, None, "lexical", False)]
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()  # no answer from the daemon: the lexical hits, in their order, no cosine
+    hits = search(conn, "Where is the AsyncConnectionPool opened?", sc, floor=0.0)
+    lex = semantic.order(ctx, hits, 0.3)
+    assert [f.id for f in lex] == [h.id for h in hits] and all(f.cosine is None for f in lex)
+    assert [f.inject for f in lex] == [h.score >= 0.3 for h in hits]
+    ctx.semantic_order = got
+    assert semantic.order(ctx, hits, 0.3) is got

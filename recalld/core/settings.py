@@ -27,11 +27,10 @@ DEFAULTS: dict = {
     "tool_budget_chars": 4000,
     "deadline_ms": 300,
     # the semantic pre-step (recalld/hook/semantic.py): how long a prompt-submit hook waits for
-    # the daemon's fused ranking before it answers lexically; 0 switches the channel off
-    # Off by default: measured on the coding dev set, the semantic path re-orders paraphrased
-    # needs but injects no more of them than the lexical floor (0.143 either way) and adds ~45 ms
-    # to a prompt at 100k memories (docs/architecture.md, "The semantic pre-step").
-    "semantic_wait_ms": 0,
+    # the daemon's fused ranking before it answers lexically; 0 switches the channel off. The
+    # wait is what a served run at 100k memories on the loaded 2-core machine stays inside
+    # (docs/architecture.md, "The semantic pre-step"); without the daemon it costs one stat.
+    "semantic_wait_ms": 25,
     # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
     "receipt_hash": False,
     # the background pass

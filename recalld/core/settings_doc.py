@@ -14,7 +14,7 @@ MEANINGS: dict = {
     "boot_budget_chars": "Characters the always-loaded memories may take at session start.",
     "tool_budget_chars": "Characters a tool act (pre-tool, post-tool) may inject: its crystals and the judge's queued memories share it.",
     "deadline_ms": "How long a hook may run before it answers with what it has (fail open); RECALLD_DEADLINE_MS overrides it.",
-    "semantic_wait_ms": "How long a prompt-submit hook waits for the daemon's embedding ranking before it answers lexically; 0 (the default) switches that channel off (docs/architecture.md, \"The semantic pre-step\").",
+    "semantic_wait_ms": "How long a prompt-submit hook waits for the daemon's embedding ranking before it answers lexically (from when it asks, before its own search); 0 switches that channel off, and without the daemon it costs one stat (docs/architecture.md, \"The semantic pre-step\").",
     "receipt_hash": "Add a sha256 of the prompt to each receipt (off: receipts hold no payload).",
     "judge.threshold": "The probability that a memory answers the need (recalld.judge.calibrated) at which the background judge passes it (docs/judge.md).",
     "judge.max_candidates": "Search results the judge considers for one need.",

@@ -121,33 +121,45 @@ def fuse(lex: list, dense: list, floor: "float | None", limit: int, *, cos: "dic
     return out[:limit]
 
 
+class Embedding:
+    """One query text's vector, made on the server's thread: `done` is set once `vec` (or
+    `error`) is there. Shared by every ask of the same text while it is being made."""
+
+    __slots__ = ("text", "done", "vec", "error", "cached", "ms")
+
+    def __init__(self, text: str):
+        self.text, self.done, self.vec, self.error, self.cached, self.ms = text, threading.Event(), None, None, False, None
+
+
 class Job:
     """A served hook's question, asked inside this process (recalld/hook/semantic.py's LOCAL):
     the query's embedding is made on the server's own thread while the hook thread runs its
     lexical search; the hook thread then fuses its own hits with the dense ranking (`answer`),
     so the lexical search is not run twice and no socket or JSON is in between."""
 
-    __slots__ = ("srv", "text", "sc", "limit", "floor", "done", "vec", "error", "cached", "embed_ms")
+    __slots__ = ("srv", "emb", "sc", "limit", "floor", "waited_ms")
 
-    def __init__(self, srv, text: str, sc: Scope, limit: int, floor: float):
-        self.srv, self.text, self.sc, self.limit, self.floor = srv, text, sc, limit, floor
-        self.done = threading.Event()
-        self.vec = self.error = None
-        self.cached, self.embed_ms = False, None
+    def __init__(self, srv, emb: Embedding, sc: Scope, limit: int, floor: float):
+        self.srv, self.emb, self.sc, self.limit, self.floor = srv, emb, sc, limit, floor
+        self.waited_ms = None
 
     def answer(self, conn, hits: "list | None", deadline: float) -> "dict | None":
         """The answer as the socket gives it ({"hits", "order", ...}), or None when the
         embedding is not ready by `deadline` (perf_counter); raises when it failed. `hits`: the
         hook's lexical candidates at floor 0 (None: searched here)."""
-        if not self.done.wait(max(0.0, deadline - time.perf_counter())):
+        t0 = time.perf_counter()
+        ready = self.emb.done.wait(max(0.0, deadline - t0))
+        t1 = time.perf_counter()
+        self.waited_ms = round((t1 - t0) * 1000, 2)
+        if not ready:
             return None
-        if self.error is not None:
-            raise RuntimeError(self.error)
+        if self.emb.error is not None:
+            raise RuntimeError(self.emb.error)
         if hits is None:
-            hits = search(conn, self.text, self.sc, limit=self.limit, floor=0.0)
-        out = self.srv.fused(conn, self.vec, hits, self.sc, self.limit, self.floor)
-        out["embed_ms"] = self.embed_ms
-        out["cached"] = self.cached
+            hits = search(conn, self.emb.text, self.sc, limit=self.limit, floor=0.0)
+        out = self.srv.fused(conn, self.emb.vec, hits, self.sc, self.limit, self.floor)
+        out["ms"] = {"waited": self.waited_ms, "embed": self.emb.ms, "cached": self.emb.cached,
+                     "fuse": round((time.perf_counter() - t1) * 1000, 2)}
         return out
 
 
@@ -159,6 +171,7 @@ class QueryServer:
         self.enc = None
         self.lock = threading.Lock()  # the index: the socket's thread, hook threads, the graph's builder
         self._cache: dict = {}  # query text -> its vector, oldest first
+        self._inflight: dict = {}  # query text -> its Embedding while it is being made
         self._cache_lock = threading.Lock()
         self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()
         self._builder = None
@@ -217,7 +230,7 @@ class QueryServer:
             worker = threading.Thread(target=self._embed_jobs, args=(stop,), name="recalld-query-embed",
                                       daemon=True)
             worker.start()
-            semantic.LOCAL = self.ask  # served hooks in this process ask here, not through the socket
+            semantic.LOCAL = self  # served hooks in this process ask here, not through the socket
             s = self.bind()
         except (OSError, sqlite3.Error) as e:
             self._stop_local()
@@ -227,7 +240,8 @@ class QueryServer:
                 log.error("query_socket_failed", reason=self.state["reason"])
             return
         if log is not None:
-            log.info("query_listening", socket=self.state["socket"], model=enc.model)
+            log.info("query_listening", socket=self.state["socket"], model=enc.model, rows=self.index.n,
+                     fill_ms=self.state["index_fill_ms"])
         self._build_graphs(log)
         s.settimeout(ACCEPT_S)
         try:
@@ -255,7 +269,7 @@ class QueryServer:
                 pass
 
     def _stop_local(self) -> None:
-        if semantic.LOCAL == self.ask:
+        if semantic.LOCAL is self:
             semantic.LOCAL = None
         self._jobs.put(None)
 
@@ -286,26 +300,55 @@ class QueryServer:
 
     def _embed_jobs(self, stop) -> None:
         while not stop.is_set():
-            job = self._jobs.get()
-            if job is None:
+            emb = self._jobs.get()
+            if emb is None:
                 return
             t0 = time.perf_counter()
             try:
-                job.vec, job.cached = self.embed(job.text)
+                emb.vec = self.enc.embed_one(emb.text)
+                self._keep(emb.text, emb.vec)
             except Exception as e:
-                job.error = f"{type(e).__name__}: {e}"[:300]
-            job.embed_ms = round((time.perf_counter() - t0) * 1000, 2)
-            job.done.set()
+                emb.error = f"{type(e).__name__}: {e}"[:300]
+            emb.ms = round((time.perf_counter() - t0) * 1000, 2)
+            with self._cache_lock:
+                self._inflight.pop(emb.text, None)
+            emb.done.set()
 
     # --- answering -----------------------------------------------------------------------------
 
     def ask(self, text: str, sc, limit: int, floor: float) -> Job:
-        """semantic.LOCAL: queue the question's embedding; the hook thread fuses (Job.answer)."""
-        job = Job(self, str(text)[:semantic.MAX_SENT_CHARS], Scope(sc.project, sc.agent),
-                  max(1, min(100, int(limit))), float(floor))
-        self._jobs.put(job)
+        """semantic.LOCAL.ask: the question's embedding (made, being made or cached); the hook
+        thread fuses (Job.answer)."""
         self.state["served_in_process"] += 1
-        return job
+        return Job(self, self._embedding(str(text)[:semantic.MAX_SENT_CHARS]), Scope(sc.project, sc.agent),
+                   max(1, min(100, int(limit))), float(floor))
+
+    def prefetch(self, text: str) -> None:
+        """Start a prompt's embedding as soon as its hook run arrives (recalld/daemon/hookserver.py),
+        before the run reaches its search: the ask then finds it made or under way."""
+        self._embedding(str(text)[:semantic.MAX_SENT_CHARS])
+
+    def _embedding(self, text: str) -> Embedding:
+        with self._cache_lock:
+            vec = self._cache.pop(text, None)
+            if vec is not None:
+                self._cache[text] = vec  # now the newest
+                self.state["cache_hits"] += 1
+                emb = Embedding(text)
+                emb.vec, emb.cached, emb.ms = vec, True, 0.0
+                emb.done.set()
+                return emb
+            emb = self._inflight.get(text)
+            if emb is None:
+                emb = self._inflight[text] = Embedding(text)
+                self._jobs.put(emb)
+            return emb
+
+    def _keep(self, text: str, vec) -> None:
+        with self._cache_lock:
+            self._cache[text] = vec
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
 
     def embed(self, text: str) -> tuple:
         """(the query's vector, whether it came from the cache): a prompt sent again, or the
@@ -317,10 +360,7 @@ class QueryServer:
                 self.state["cache_hits"] += 1
                 return vec, True
         vec = self.enc.embed_one(text)
-        with self._cache_lock:
-            self._cache[text] = vec
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
+        self._keep(text, vec)
         return vec, False
 
     def fused(self, conn, q, lex: list, sc: Scope, limit: int, floor: float) -> dict:

@@ -39,7 +39,7 @@ def socket_path() -> str:
 
 
 # Set by the daemon's query server (recalld/daemon/query.py) in its own process: a hook run
-# that the daemon serves asks it directly, `LOCAL(text, scope, limit, floor) -> job`, and
+# that the daemon serves asks it directly, `LOCAL.ask(text, scope, limit, floor) -> job`, and
 # `job.answer(conn, lexical hits, deadline)` gives the answer the socket would (or None when
 # it is not ready by the deadline). A hook process never has it: it uses the socket.
 LOCAL = None
@@ -202,7 +202,7 @@ def start(ctx, limit: int, floor: float) -> "Asked | None":
     local = LOCAL
     if local is not None:  # served inside the daemon: ask its query server directly
         try:
-            asked = Asked(None, "asked", now, local(ctx.hi.text, ctx.scope, limit, floor))
+            asked = Asked(None, "asked", now, local.ask(ctx.hi.text, ctx.scope, limit, floor))
         except Exception:
             asked = Asked(None, "error", now)
     else:
@@ -223,8 +223,10 @@ def ranked(ctx, asked: Asked, lexical: list, hits: "list | None" = None) -> list
             raw = asked.job.answer(ctx.conn, hits, asked.t0)
             if raw is None:
                 asked.status = "timeout"
+                ctx.detail["semantic_ms"] = {"waited": getattr(asked.job, "waited_ms", None)}
             else:
                 got = _parsed(asked, raw)
+                ctx.detail["semantic_ms"] = raw.get("ms")  # waited, embed, cached, fuse
         except Exception:  # the daemon's side failed: the lexical answer stands
             asked.status = "error"
     elif asked.sock is not None:

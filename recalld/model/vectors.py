@@ -426,6 +426,12 @@ def _ann_class():
     global _ANN
     if _ANN is False:
         try:
+            # onnxruntime (the embedder's runtime, recalld/model/onnxbert.py) first: loaded after
+            # usearch 2.26 it crashed the process (onnxruntime 1.32; the other order is fine)
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            pass
+        try:
             from usearch.index import Index
         except ImportError:
             Index = None
