@@ -283,11 +283,11 @@ def _semantic_store(home: Path) -> dict:
             "semantic_wait_ms": cfg.get("semantic_wait_ms", settings.DEFAULTS["semantic_wait_ms"])}
 
 
-def _query_ready(home: Path, limit_s: float = 300) -> dict:
+def _query_ready(home: Path, pid: int, limit_s: float = 300) -> dict:
     """Wait until the daemon's query server listens and has built the graphs its index wants
     (a minute at 100k under load; searches scan until then), so the measurement is of the
-    steady state. Read from the daemon's log: its status file is rewritten only when the
-    daemon's main work changes."""
+    steady state. Read from the daemon's log (its lines from `pid`): its status file is
+    rewritten only when the daemon's main work changes."""
     from recalld.model import vectors
 
     log = home / "logs" / "daemon.log"
@@ -303,7 +303,8 @@ def _query_ready(home: Path, limit_s: float = 300) -> dict:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if ev.get("event") in ("query_listening", "query_graph_built", "query_socket_failed"):
+            if ev.get("pid") == pid and ev.get("event") in ("query_listening", "query_graph_built",
+                                                            "query_socket_failed"):
                 seen[ev["event"]] = ev
         rows = (seen.get("query_listening") or {}).get("rows")
         if "query_socket_failed" in seen or ("query_listening" in seen and (
@@ -343,9 +344,9 @@ def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = Non
                 env.update(RECALLD_HOME=str(home), HOME=str(home))
                 m["semantic"] = _semantic_store(home) if semantic else "off"
                 since = _last_receipt(vdir, home)
-                with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home):
+                with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home) as daemon:
                     if semantic:
-                        m["query_server"] = _query_ready(home)
+                        m["query_server"] = _query_ready(home, daemon.proc.pid)
                     m["served"] = _measure(cmds, vdir, home, project, n_rounds)
                 m["served"]["in_daemon"] = _served_durations(vdir, home, since)
             result["sizes"][str(n)] = m
