@@ -59,7 +59,7 @@ def _remember(conn, text, project=P1):
 
 @pytest.fixture
 def stored(conn):
-    settings.save({"semantic_wait_ms": 60})  # the channel is off by default
+    settings.save({"semantic_wait_ms": 60})  # the wait these tests were written with (default 25)
     ids = {
         "cents": _remember(conn, "Money is integer cents (BIGINT) plus an ISO currency code everywhere."),
         "argo": _remember(conn, "Argo CD syncs ledgerly-prod from the infra/deploy repository."),
