@@ -175,6 +175,7 @@ class QueryServer:
         self._cache_lock = threading.Lock()
         self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()
         self._builder = None
+        self._touch = lambda: None
         self.state = {"enabled": True, "listening": False, "socket": None, "reason": None, "answered": 0,
                       "errors": 0, "last_ms": None, "last_answer_at": None, "error": None,
                       "served_in_process": 0, "cache_hits": 0, "ann_parts": 0, "ann_build_s": None}
@@ -211,10 +212,14 @@ class QueryServer:
             stop.wait(0.1)
         return None
 
-    def serve(self, stop, open_store, follow, log=None) -> None:
+    def serve(self, stop, open_store, follow, log=None, touch=lambda: None) -> None:
+        """The thread's body, until `stop` is set; `touch()` tells the daemon its status changed
+        (listening, the graphs built: not every answer)."""
+        self._touch = touch
         enc = self._encoder(stop)
         if enc is None:
             self.state["enabled"] = False
+            touch()
             return
         conn, ident = open_store()
         self.enc = enc
@@ -238,10 +243,12 @@ class QueryServer:
             self.state.update(enabled=False, reason=f"cannot listen: {type(e).__name__}: {e}"[:300])
             if log is not None:
                 log.error("query_socket_failed", reason=self.state["reason"])
+            touch()
             return
         if log is not None:
             log.info("query_listening", socket=self.state["socket"], model=enc.model, rows=self.index.n,
                      fill_ms=self.state["index_fill_ms"])
+        touch()
         self._build_graphs(log)
         s.settimeout(ACCEPT_S)
         try:
@@ -292,6 +299,7 @@ class QueryServer:
                 return
             self.state.update(ann_parts=self.state["ann_parts"] + n,
                               ann_build_s=round(time.perf_counter() - t0, 2))
+            self._touch()
             if log is not None:
                 log.info("query_graph_built", partitions=n, seconds=self.state["ann_build_s"])
 
