@@ -15,8 +15,8 @@ def main() -> None:
         launch(argv[1:])
     if argv[:1] == ["mcp"]:
         # An agent waits for tools/list at startup: answered before click or the SDK load
-        # (recalld/mcp_stdio.py); anything it does not parse goes on to the click command.
-        from recalld.mcp_stdio import main as mcp_main
+        # (recalld/mcp/stdio.py); anything it does not parse goes on to the click command.
+        from recalld.mcp.stdio import main as mcp_main
 
         rc = mcp_main(argv[1:])
         if rc >= 0:

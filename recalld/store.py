@@ -2,7 +2,7 @@
 
 A write returns only after it is durable (WAL + synchronous=FULL, one transaction) and returns
 every record it changed. Superseding marks, never deletes; validity comes from the write's
-own clock, never from dates inside the text (seed 002: a date in the prose back-dated a rule).
+own clock, never from dates inside the text (a date in the prose once back-dated a rule).
 """
 
 import json
@@ -272,6 +272,26 @@ def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | 
             conn.execute("ROLLBACK")
         raise
     return get(conn, mid)
+
+
+def show(conn: sqlite3.Connection, mid, sc: Scope, *, via: str, session: "str | None" = None) -> dict:
+    """The memory `mid` whole, if `sc` may read it: how the agent opens a tell. Writes one
+    receipt (hook `show`, act `open`, the memory in delivered_ids) either way, so `recalld
+    receipts` can say which tells were opened; a superseded memory is shown with its state
+    and successor, never as current."""
+    r = receipts.new(via, "show")
+    r.update(act="open", project=sc.project, agent=sc.agent, session=session)
+    t0 = receipts.timer()
+    try:
+        m = _readable(conn, parse_id(mid), sc)
+    except StoreError as e:
+        r.update(outcome="error", error=str(e)[:200], duration_ms=round((receipts.timer() - t0) * 1000, 3))
+        receipts.record(conn, r)
+        raise
+    r.update(outcome="injected", delivered=1, delivered_ids=[f"m:{m['id']}"], candidates=1, above_floor=1,
+             delivered_chars=len(m["text"]), duration_ms=round((receipts.timer() - t0) * 1000, 3))
+    receipts.record(conn, r)
+    return m
 
 
 def history(conn: sqlite3.Connection, mid, sc: Scope) -> list[dict]:

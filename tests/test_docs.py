@@ -65,18 +65,21 @@ def test_settings_reference_is_current():
     assert committed == docgen.render_settings(), "docs/settings.md is stale: run `python3 -m recalld.cli.docgen`"
 
 
-def test_every_setting_has_a_meaning_and_every_meaning_a_setting():
-    from recalld.core import settings, settings_doc
+def test_every_setting_is_declared_once_with_a_meaning_and_a_valid_default():
+    from recalld.core import settings
 
-    leaves = [k for k, _ in settings_doc._leaves(settings.DEFAULTS)]
-    assert [k for k in leaves if not settings_doc.MEANINGS.get(k)] == []
-    assert [k for k in settings_doc.MEANINGS if k not in leaves] == []
-    # the rules name settings that exist
-    assert [k for k in settings.RULES if k not in leaves] == []
+    keys = [s.key for s in settings.SETTINGS]
+    assert len(keys) == len(set(keys)), "a setting is declared twice"
+    assert [s.key for s in settings.SETTINGS if not s.meaning.strip()] == []
+    assert [s.key for s in settings.SETTINGS if s.type not in ("int", "number", "bool", "str", "str?", "str-list")] == []
+    # each default passes its own declaration, so a default can never be what load() falls back from
+    assert [s.key for s in settings.SETTINGS if settings.check(s.key, s.default)[1]] == []
+    # a group and a leaf never share a name (the nested DEFAULTS could not hold both)
+    assert not {k for k in keys if any(o.startswith(k + ".") for o in keys)}
 
 
 def test_every_environment_variable_the_code_reads_is_documented():
-    from recalld.core import settings_doc
+    from recalld.cli import settings_doc
 
     pkg = REPO / "recalld"
     read = set()

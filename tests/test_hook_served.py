@@ -286,7 +286,7 @@ def test_a_commit_is_never_sent_to_the_daemon(server, project):
 
 
 def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, project, cdir):  # noqa: F811
-    from recalld.core import crystal_trust
+    from recalld import crystal_admin
 
     p = put(cdir, "deploy", on="bash", match="deploy.sh", essence="FIRST-ESSENCE", extra="deliver: context\n")
     body = {"cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
@@ -296,7 +296,7 @@ def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, pr
     p.write_text(text)  # changed since trusted: withheld until trusted again
     assert hook("pre-tool", dict(body, session_id="e2")) == ""
     assert last("e2")[0]["detail"]["crystals"]["untrusted"] == 1
-    crystal_trust.trust_project(str(project))
+    crystal_admin.trust_project(str(project))
     assert "SECOND-ESSENCE" in hook("pre-tool", dict(body, session_id="e3"))
     assert all(last(s)[0]["detail"]["served"] == "daemon" for s in ("e1", "e2", "e3"))
 
@@ -339,7 +339,7 @@ def test_daemon_status_says_whether_it_serves_the_hooks():
 def test_doctor_says_who_ran_its_hook(server, project):
     from tests.helpers import run_recalld  # noqa: E402
 
-    res = run_recalld(["doctor", "--json", "--cwd", str(project)])
+    res = run_recalld(["doctor", "--json", "--no-model-probe", "--cwd", str(project)])
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     assert rep["hook_run"]["receipt"]["served"] == "daemon", rep["hook_run"]

@@ -157,7 +157,7 @@ def test_claude_project_scope_from_a_subdirectory(user, project):
     sub = project / "src" / "pkg"
     sub.mkdir(parents=True)
     write_json(project / ".mcp.json", {"mcpServers": {"db": {"command": "db-mcp"}}})
-    res = run_recalld(["install", "claude-code", "--project", "--cwd", str(sub), "--command",
+    res = run_recalld(["install", "claude-code", "--no-model-probe", "--project", "--cwd", str(sub), "--command",
                        shlex.join(PREFIX), "--json"])
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -218,7 +218,7 @@ def test_malformed_settings_change_nothing(user, bad):
     assert settings.read_text() == bad and cj.read_bytes() == cj_before
     assert not (install.install_dir() / "backups").exists()
 
-    res = run_recalld(["install", "claude-code"])
+    res = run_recalld(["install", "claude-code", "--no-model-probe"])
     assert res.returncode != 0
     err = res.stderr.decode().strip()
     assert err.startswith("recalld: ") and len(err.splitlines()) == 1
@@ -324,7 +324,7 @@ def test_gemini_older_layout_with_switches_inside_hooks(user):
 def test_doctor_json_reports_installs_state_and_a_timed_hook_run(user, project):
     install.install("claude-code", "user", command=PREFIX)
     githook.install_git_hook(project, PREFIX)
-    res = run_recalld(["doctor", "--json", "--cwd", str(project), "--command", shlex.join(PREFIX)])
+    res = run_recalld(["doctor", "--json", "--no-model-probe", "--cwd", str(project), "--command", shlex.join(PREFIX)])
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     assert {"version", "command", "agents", "git_hook", "state", "models", "daemon", "hook_run"} <= set(rep)
@@ -345,12 +345,12 @@ def test_doctor_json_reports_installs_state_and_a_timed_hook_run(user, project):
     # the run it reports is a real receipt anyone can read
     res = run_recalld(["receipts", "--json", "--session", h["session"]])
     assert [r["hook"] for r in json.loads(res.stdout)] == ["prompt-submit"]
-    text = run_recalld(["doctor", "--cwd", str(project), "--command", shlex.join(PREFIX)])
+    text = run_recalld(["doctor", "--no-model-probe", "--cwd", str(project), "--command", shlex.join(PREFIX)])
     assert text.returncode == 0 and b"hook run:" in text.stdout
 
 
 def test_doctor_reports_a_hook_that_cannot_run(user, project, tmp_path):
-    res = run_recalld(["doctor", "--json", "--cwd", str(project), "--command", str(tmp_path / "no" / "recalld")])
+    res = run_recalld(["doctor", "--json", "--no-model-probe", "--cwd", str(project), "--command", str(tmp_path / "no" / "recalld")])
     assert res.returncode == 0
     h = json.loads(res.stdout)["hook_run"]
     assert h["error"] and h["receipt"] is None
@@ -380,11 +380,11 @@ def test_daemon_autostart_follows_the_flag(user):
     from recalld.core import settings
     from recalld.cli.install import autostart_available
 
-    res = run_recalld(["install", "claude-code", "--no-daemon", "--command", shlex.join(PREFIX), "--json"])
+    res = run_recalld(["install", "claude-code", "--no-daemon", "--no-model-probe", "--command", shlex.join(PREFIX), "--json"])
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["daemon_autostart"] is None
     assert not settings.load_overrides()
-    res = run_recalld(["install", "claude-code", "--command", shlex.join(PREFIX), "--json"])
+    res = run_recalld(["install", "claude-code", "--no-model-probe", "--command", shlex.join(PREFIX), "--json"])
     assert res.returncode == 0, res.stderr
     supported = autostart_available() and "autostart" in settings.DEFAULTS.get("daemon", {})
     assert json.loads(res.stdout)["daemon_autostart"] is (True if supported else None)

@@ -109,7 +109,7 @@ def test_round_trip_without_codex_on_path_says_the_step_left(codex_home):
     cfg.write_text(CODEX_CONFIG)
     write_json(codex_home / "hooks.json", {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}})
     hooks_before = (codex_home / "hooks.json").read_text()
-    res = run_recalld(["install", "codex", "--command", shlex.join(PREFIX)], env=env())
+    res = run_recalld(["install", "codex", "--no-model-probe", "--command", shlex.join(PREFIX)], env=env())
     assert res.returncode == 0, res.stderr
     assert b"open /hooks and trust recalld's hooks" in res.stdout and b"codex is not on PATH" in res.stdout
     text = cfg.read_text()
@@ -121,7 +121,7 @@ def test_round_trip_without_codex_on_path_says_the_step_left(codex_home):
     ours = recalld_handlers(load(codex_home / "hooks.json"))
     assert sorted(ours) == sorted(["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"])
     before = (cfg.read_bytes(), (codex_home / "hooks.json").read_bytes())
-    assert run_recalld(["install", "codex", "--command", shlex.join(PREFIX)], env=env()).returncode == 0
+    assert run_recalld(["install", "codex", "--no-model-probe", "--command", shlex.join(PREFIX)], env=env()).returncode == 0
     assert (cfg.read_bytes(), (codex_home / "hooks.json").read_bytes()) == before
     res = run_recalld(["uninstall", "codex"], env=env())
     assert res.returncode == 0, res.stderr
@@ -131,7 +131,7 @@ def test_round_trip_without_codex_on_path_says_the_step_left(codex_home):
 def test_install_trusts_recalld_hooks_with_codex_hashes_and_doctor_reads_them(fake_codex, codex_home, project):
     cfg = codex_home / "config.toml"
     cfg.write_text(CODEX_CONFIG)
-    res = run_recalld(["install", "codex", "--command", shlex.join(PREFIX), "--json"], env=env())
+    res = run_recalld(["install", "codex", "--no-model-probe", "--command", shlex.join(PREFIX), "--json"], env=env())
     assert res.returncode == 0, res.stderr
     notes = json.loads(res.stdout)["notes"]
     assert any("recalld's 5 hooks are trusted" in n for n in notes), notes
@@ -149,10 +149,10 @@ def test_install_trusts_recalld_hooks_with_codex_hashes_and_doctor_reads_them(fa
     cfg.write_text(text)
     status = install.agent_status("codex", "user", project)
     assert not status["active"] and "installed but not trusted" in status["problems"][0] and "stop" in status["problems"][0]
-    doc = run_recalld(["doctor", "--cwd", str(project), "--no-hook-run"], env=env())
+    doc = run_recalld(["doctor", "--cwd", str(project), "--no-hook-run", "--no-model-probe"], env=env())
     assert doc.returncode == 0 and b"installed but not trusted" in doc.stdout, doc.stdout
     # Reinstall puts the hash right in place; uninstall removes only what recalld wrote.
-    assert run_recalld(["install", "codex", "--command", shlex.join(PREFIX)], env=env()).returncode == 0
+    assert run_recalld(["install", "codex", "--no-model-probe", "--command", shlex.join(PREFIX)], env=env()).returncode == 0
     assert trusted(cfg)[stop_key] == got[stop_key] and install.agent_status("codex", "user", project)["active"]
     assert run_recalld(["uninstall", "codex"], env=env()).returncode == 0
     assert trusted(cfg) == {"/elsewhere/hooks.json:stop:0:0": "sha256:theirs"}

@@ -22,7 +22,7 @@ def _env(home, user) -> dict:
 
 
 def _install(project, *extra) -> list:
-    return ["install", "claude-code", "--user", "--no-daemon", "--cwd", str(project), *extra]
+    return ["install", "claude-code", "--user", "--no-daemon", "--no-model-probe", "--cwd", str(project), *extra]
 
 
 def _proposals(home) -> list:

@@ -122,3 +122,30 @@ def test_layers_import_downwards_only():
 def test_every_file_is_under_the_line_limit():
     long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_the_daemons_modules_import_no_native_model_library():
+    """The daemon's models run in worker processes (recalld/daemon/models.py): none of its own
+    modules imports llama.cpp, and what it reaches of the model runtime refuses to load a model
+    once the worker is the provider (tests/test_model_worker.py runs the real process and reads
+    its memory map)."""
+    native = ("llama_cpp", "ggml")
+    bad = [f"{name} imports {imp}" for name, path in MODULES.items() if _layer(name) == "daemon"
+           for imp in _imports(path) if imp.split(".")[0] in native]
+    assert not bad, bad
+
+
+def test_core_holds_only_what_the_hook_imports():
+    """recalld/core is the hook's library: every module in it is reached from recalld/hook's
+    imports (lazy ones too). A module only the CLI, doctor or a benchmark needs lives outside
+    (recalld/crystal_admin.py, recalld/cli/settings_doc.py), so core stays small and fast to read."""
+    graph = _internal_edges()
+    seen, todo = set(), [m for m in MODULES if _layer(m) == "hook"]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo.extend(graph.get(m, ()))
+    core = {m for m in MODULES if _layer(m) == "core" and m != "recalld.core"}
+    assert sorted(core - seen) == []

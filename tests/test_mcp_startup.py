@@ -1,5 +1,5 @@
 """`recalld mcp` is ready before the mcp SDK has loaded (issue 13.8): initialize and tools/list
-come from recalld/mcp_manifest.py, which must be exactly what the SDK answers; every tool call
+come from recalld/mcp/manifest.py, which must be exactly what the SDK answers; every tool call
 is the SDK's, relayed; a SDK that cannot load is an error the client reads, not a hang."""
 
 import json
@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from recalld import mcp_stdio
-from recalld.mcp_manifest import MANIFEST
+from recalld.mcp import stdio as mcp_stdio
+from recalld.mcp.manifest import MANIFEST
 from tests.helpers import REPO
 
 
@@ -45,7 +45,7 @@ def talk(project, requests, first_on_path=None, want=None, timeout=60):
 
 
 def test_the_manifest_is_what_the_sdk_answers():
-    assert mcp_stdio.manifest_from_sdk() == MANIFEST, "stale: run python3 -m recalld.mcp_stdio --write-manifest"
+    assert mcp_stdio.manifest_from_sdk() == MANIFEST, "stale: run python3 -m recalld.mcp.stdio --write-manifest"
 
 
 def test_the_early_answers_equal_the_sdk_answers(home, project):

@@ -21,7 +21,7 @@ from tests.helpers import REPO, TRANSCRIPTS, run_recalld
 
 PKG = REPO / "recalld"
 # Modules that write memories (or reach code that does); the proposer must reach none of them.
-WRITERS = {"recalld.store", "recalld.capture.proposals", "recalld.cli.main", "recalld.mcp"}
+WRITERS = {"recalld.store", "recalld.capture.proposals", "recalld.cli.main", "recalld.mcp.tools"}
 
 
 def _imports(module: str) -> set:

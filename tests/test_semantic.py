@@ -127,9 +127,11 @@ def test_daemon_up_answers_semantically_with_a_paraphrase_lexical_search_misses(
     assert not [h for h in search(conn, text, scope.Scope(P1, "main"), floor=0.3)]  # lexical: nothing
     out, r = _hook(text)
     assert r["detail"]["recall"] == "semantic", r["detail"]
-    assert r["delivered_ids"] == [f"m:{stored['cents']}"]
-    assert r["detail"]["via"] == ["dense"]
-    assert "integer cents" in out
+    # no lexical evidence: the dense first choice is told, one line, not delivered whole
+    assert r["delivered_ids"] == [] and r["detail"]["told"][0] == f"m:{stored['cents']}"
+    assert r["detail"]["via"][0] == "dense"
+    assert f"[m{stored['cents']} tell] Money is integer cents" in out
+    assert f"(open: recalld show {stored['cents']})" in out
     counter = "answered" if daemon.path == "socket" else "served_in_process"
     for _ in range(100):  # counted after the answer is sent
         if daemon.state[counter]:

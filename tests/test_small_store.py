@@ -5,7 +5,9 @@ every term the store holds has its highest document frequency, so a prompt's mat
 weighed less than its absent ones and the coverage score stayed under the floor. The search
 blends the store's document frequencies with a background prior (recalld/core/wordprior.txt,
 scripts/gen_wordprior.py); these tests hold it at 1, 3, 10, 100 and 10,000 memories, through
-the real write path and the pre-step's floor."""
+the real write path and the pre-step's decision (whole above the floor, told below it:
+recalld/core/tiers.py). A subject must reach the agent, whole or told; an unrelated prompt must
+get nothing whole (at most a tell line or two, the cost the tells are fitted to)."""
 
 import json
 import random
@@ -14,7 +16,7 @@ import sqlite3
 import pytest
 
 from recalld import store
-from recalld.core import scope, search as search_mod, settings
+from recalld.core import scope, search as search_mod, settings, tiers
 from recalld.core.scope import Scope
 from recalld.core.search import analyse, search
 from recalld.core.textproc import STOP_STEMS, Stemmer
@@ -145,9 +147,22 @@ def generated(n: int, seed: int = 16) -> list:
     return out
 
 
+def delivered(conn, prompt: str, sc) -> tuple:
+    """(whole ids, told ids) for `prompt`: recalld.hook.memory_source's decision, semantic off."""
+    hits = search(conn, prompt, sc, limit=MAX_RESULTS * 3, floor=0.0)
+    whole, told = tiers.choose([tiers.Cand(h.id, h.kind, h.text, h.tell, h.score, None, "lexical") for h in hits],
+                               tiers.config(settings.DEFAULTS))
+    return [c.id for c in whole], [c.id for c in told]
+
+
 def injected(conn, prompt: str, sc) -> list:
-    """The ids the pre-step injects for `prompt` (recalld.hook.run.memory_items' selection)."""
-    return [h.id for h in search(conn, prompt, sc, limit=MAX_RESULTS, floor=FLOOR)]
+    """The ids that reach the agent for `prompt`, whole first, then told."""
+    whole, told = delivered(conn, prompt, sc)
+    return whole + told
+
+
+def whole_of(conn, prompt: str, sc) -> list:
+    return delivered(conn, prompt, sc)[0]
 
 
 def _store(conn, sc, memories: list) -> list:
@@ -182,10 +197,10 @@ def test_ledgerly_without_the_prior_is_the_reported_miss(conn, sc, monkeypatch):
 def test_small_stores_recall_their_subjects_and_stay_quiet_otherwise(conn, sc, size):
     ids = _store(conn, sc, [t for t, _ in SUBJECTS[:size]])
     for (text, prompt), mid in zip(SUBJECTS[:size], ids):
-        hits = search(conn, prompt, sc, limit=3, floor=FLOOR)
-        assert hits and hits[0].id == mid, (size, prompt, hits)
+        got = injected(conn, prompt, sc)
+        assert got and got[0] == mid, (size, prompt, got)
     for prompt in UNRELATED:
-        assert search(conn, prompt, sc, limit=3, floor=FLOOR) == [], (size, prompt)
+        assert whole_of(conn, prompt, sc) == [], (size, prompt)
 
 
 def test_every_subject_alone_in_its_store(home, tmp_path):
@@ -196,10 +211,9 @@ def test_every_subject_alone_in_its_store(home, tmp_path):
         c = db.connect(tmp_path / f"one-{i}.db")
         sc1 = Scope(project=f"/one/{i}", agent="main")
         [mid] = _store(c, sc1, [text])
-        hits = search(c, prompt, sc1, limit=3, floor=FLOOR)
-        assert [h.id for h in hits] == [mid], (prompt, search(c, prompt, sc1, limit=3))
+        assert injected(c, prompt, sc1) == [mid], (prompt, search(c, prompt, sc1, limit=3))
         for other in UNRELATED + [p for j, (_, p) in enumerate(SUBJECTS) if j != i]:
-            got = search(c, other, sc1, limit=3, floor=FLOOR)
+            got = whole_of(c, other, sc1)
             assert got == [], (text, other, got)
         c.close()
 
@@ -216,7 +230,7 @@ def test_hundred_memories(conn, sc):
     missed = [p for _, p in made if not answers[p] & set(injected(conn, p, sc))]
     assert len(missed) <= 2, missed
     for prompt in UNRELATED:
-        assert injected(conn, prompt, sc) == [], prompt
+        assert whole_of(conn, prompt, sc) == [], prompt
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +257,7 @@ def test_ten_thousand_memories(big):
     for (text, prompt), mid in zip(SUBJECTS, ids):
         assert mid in injected(c, prompt, sc1), (prompt, search(c, prompt, sc1, limit=5))
     for prompt in UNRELATED:
-        assert injected(c, prompt, sc1) == [], prompt
+        assert whole_of(c, prompt, sc1) == [], prompt
 
 
 def test_ten_thousand_generated_subjects(big):

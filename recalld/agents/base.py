@@ -39,7 +39,7 @@ class Adapter:
     name = ""  # ours: `--agent NAME`, HookInput.agent_kind, receipts' agent_kind
     install_name: "str | None" = None  # `recalld install NAME`; None when not installed that way
     aliases: tuple = ()  # other names `recalld install` accepts
-    # Every native hook event the agent documents (../shared/reference/agent-hooks.md), whether
+    # Every native hook event the agent documents in its hook reference, whether
     # or not recalld listens to it: detection and the tests read it.
     known_events: frozenset = frozenset()
     # (native event, our event) for each native event recalld handles, in install order. The

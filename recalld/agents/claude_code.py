@@ -1,6 +1,5 @@
 """Claude Code: hooks in settings.json, MCP servers in ~/.claude.json or .mcp.json, transcripts
-under ~/.claude/projects (facts from ../shared/reference/agent-hooks.md and the real files in
-../shared/data/transcripts/).
+under ~/.claude/projects (facts from Claude Code's hook documentation and real transcripts it wrote).
 
 Transcripts: `~/.claude/projects/<encoded-cwd>/<session>.jsonl`, subagents in
 `<session>/subagents/agent-<id>.jsonl` (older versions: `agent-<id>.jsonl` beside the

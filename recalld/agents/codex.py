@@ -1,5 +1,5 @@
 """OpenAI Codex CLI: hooks in hooks.json, the MCP server in config.toml, rollouts under
-~/.codex/sessions (facts from ../shared/reference/agent-hooks.md).
+~/.codex/sessions (facts from Codex's hook documentation and the rollouts the pinned client wrote).
 
 Rollout lines are `{"timestamp", "type", "payload"}` with `session_meta`, `turn_context`,
 `response_item` (message, reasoning, function_call(_output), custom_tool_call(_output)) and

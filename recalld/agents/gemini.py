@@ -1,5 +1,5 @@
 """Gemini CLI: hooks and MCP servers in one settings.json, handler timeouts in milliseconds,
-chats under ~/.gemini/tmp (facts from ../shared/reference/agent-hooks.md and files the real
+chats under ~/.gemini/tmp (facts from Gemini CLI's hook documentation and files the real
 Gemini CLI 0.61.0 wrote in the end-to-end tests).
 
 Chats: `~/.gemini/tmp/<project>/chats/session-<time>-<id>.jsonl` (`GEMINI_CLI_HOME` replaces

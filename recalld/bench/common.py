@@ -122,7 +122,7 @@ def shared_path(*parts: str, what: str) -> Path:
 
 
 def locomo_path(data=None) -> Path:
-    """--data when given, else the LoCoMo development split in ../shared."""
+    """--data when given, else the LoCoMo development split in the shared data folder beside the checkout."""
     if data is not None:
         return Path(data)
     try:
@@ -132,7 +132,7 @@ def locomo_path(data=None) -> Path:
 
 
 def transcripts_dir() -> Path:
-    """The recorded Claude Code transcripts in ../shared."""
+    """The recorded Claude Code transcripts in the shared data folder beside the checkout."""
     return shared_path("data", "transcripts", "claude-code", what="the shared Claude Code transcripts")
 
 

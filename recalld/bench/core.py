@@ -5,7 +5,7 @@ search latency, durable `remember` latency and database size, at 1k / 10k / 100k
 
 The package is byte-compiled first, as `pip install` and `recalld install` leave it; without
 .pyc files (PYTHONDONTWRITEBYTECODE and an editable install) every hook run recompiles its
-modules. Targets (issue 2): hook p50 within 1.5x and p99 within 2x of `python -c pass` at 100k
+modules. Targets: hook p50 within 1.5x and p99 within 2x of `python -c pass` at 100k
 memories; search p50 under 5 ms at 100k; remember p50 under 10 ms.
 """
 

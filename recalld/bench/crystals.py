@@ -106,9 +106,10 @@ def _run(quick: bool, tmp: Path) -> dict:
     env = child_env(RECALLD_HOME=str(home), HOME=str(tmp))
     env.pop("RECALLD_AGENT", None)
     os.environ["RECALLD_HOME"] = str(home)  # for the in-process part below
-    from recalld.core import crystal_trust as _crystal_trust, scope as _scope
+    from recalld import crystal_admin as _crystal_admin
+    from recalld.core import scope as _scope
 
-    _crystal_trust.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
+    _crystal_admin.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
     texts = acts(n_runs + 5)
     hook_cmd = [sys.executable, "-m", "recalld", "hook", "pre-tool"]
     bare_cmd = [sys.executable, "-c", "pass"]
@@ -128,7 +129,8 @@ def _run(quick: bool, tmp: Path) -> dict:
     assert not failed, f"the hook exited with {failed}"
     hook_ms, bare_ms = t["hook"], t["bare"]
 
-    from recalld.core import crystal_stats, crystals, db, pack, receipts
+    from recalld import crystal_admin
+    from recalld.core import crystals, db, pack, receipts
     from recalld.hook import crystal_source, payloads
 
     conn = db.connect()
@@ -138,7 +140,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     for r in recs:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     index = crystals.load_for(str(project))
-    s = crystal_stats.stats(index, recs)
+    s = crystal_admin.stats(index, recs)
 
     # In process: the crystal source and the packer alone, on the same acts.
     source_ms, pack_ms = [], []

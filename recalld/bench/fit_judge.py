@@ -12,7 +12,7 @@ candidate (recalld.judge.judge's own functions), and writes one row per need. Th
 
 - coding: recalld/bench/data/coding_needs.json, memories and mid-task needs of three projects,
   a third of them answered by nothing in the store (each project is a group);
-- locomo: a sample of LoCoMo's development split (../shared/data/locomo, read where it lies,
+- locomo: a sample of LoCoMo's development split (the shared data folder's data/locomo, read where it lies,
   never copied; rows files belong outside the repository), answerable questions (categories
   1-4) against adversarial ones (category 5, which nothing in the conversation answers); each
   conversation is a group.

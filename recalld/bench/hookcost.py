@@ -1,4 +1,4 @@
-"""The hook's own cost on a user-style install (issue 17).
+"""The hook's own cost on a user-style install.
 
 Creates a fresh venv, installs the project into it the way the README does (`pip install
 <checkout>`, not editable), installs the hooks into a throwaway HOME with that venv's
@@ -91,7 +91,7 @@ def _store(venv: Path, base: Path, n: int, project: Path) -> tuple:
     code = ("import sys; from pathlib import Path; from recalld.bench.core import build_store; "
             f"print(build_store(Path({str(home)!r}), {n}, {str(project)!r}))")
     secs = float(_py(venv, code, env).strip().splitlines()[-1])
-    _py(venv, f"from recalld.core import crystal_trust, scope; crystal_trust.trust_project(scope.resolve_project({str(project)!r}))", env)
+    _py(venv, f"from recalld import crystal_admin; from recalld.core import scope; crystal_admin.trust_project(scope.resolve_project({str(project)!r}))", env)
     done.write_text(str(n))
     return home, secs
 

@@ -4,7 +4,7 @@ memory texts in the same run; the harness the other LoCoMo benchmarks (budget, a
 judge, rerank) build on.
 
 The data is CC BY-NC 4.0: it is read from where it lies (--data PATH, default: the development
-split in ../shared/data/locomo/), never copied into this repository.
+split in the shared data folder's data/locomo/), never copied into this repository.
 
     recalld bench locomo [--data PATH] [--quick] [--json]
 

@@ -6,7 +6,7 @@ lacks) on the same questions.
     python3 -m recalld.bench.rerank [--n N] [--quick] [--top K] [--workers W] [--data PATH] [--json]
 
 Every answerable question (categories 1-4) is asked unless --n samples a fixed random subset
-(seed 0); figures carry 95% Wilson intervals. The first K search results are re-ranked,
+(sampled with random.Random(0)); figures carry 95% Wilson intervals. The first K search results are re-ranked,
 by default judge.max_candidates (5): what the daemon's pass re-ranks. Each question costs one
 model decode per candidate plus one without a memory, so the questions are shared among W
 worker processes (default: one per core), each with its own store and model on one thread.

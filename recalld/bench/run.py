@@ -38,7 +38,7 @@ from recalld.bench.common import Unavailable, source_root
 # Every benchmark, in the order a full run takes them: recall quality, latency, crystals, the
 # background pass, capture. Each is recalld/bench/NAME.py.
 BENCHMARKS = ("locomo", "search", "budget", "ablations", "core", "load", "hookcost", "crystals", "crystal_budget",
-              "rerank", "judge", "daemon", "embed", "semantic", "proposer", "capture")
+              "rerank", "judge", "daemon", "embed", "semantic", "tells", "proposer", "capture")
 
 
 def load(name: str):
@@ -354,7 +354,7 @@ def main_one(name: str, options=(), argv=None) -> int:
                                  description=(mod.__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a fast check")
     if "data" in inspect.signature(mod.run).parameters:
-        ap.add_argument("--data", help="the data to read (default: LoCoMo's development split in ../shared)")
+        ap.add_argument("--data", help="the data to read (default: LoCoMo's development split in the shared data folder)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--out", help="also write a report directory here")
     for flags, kw in options:

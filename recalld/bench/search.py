@@ -8,7 +8,7 @@ paths, hashes), spread over several projects so the scope filter does real work.
 the synthetic prompts plus verbatim-style ones (a pasted traceback, a long instruction, a
 stopword-only line). Next to recalld.search.search, the same run times plain FTS5 (the query's
 words OR-ed, ranked by bm25, no scope filter) on the same database: the floor any search on
-this index pays. Target (issue 2): search p50 under 5 ms at 100k memories.
+this index pays. Target: search p50 under 5 ms at 100k memories.
 
 The same memories are also written as threads (each run of 20 consecutive writes is one
 thread; see docs/architecture.md, "Threads"), and the same prompts timed on that store:

@@ -18,14 +18,14 @@ span, a score or a receipt.
 import re
 from dataclasses import dataclass, field
 
-from recalld.capture import policies
+from recalld.capture import policies, rules
 
 # --- what is read --------------------------------------------------------------------------
 
 # Text the harness writes into the user's turn: not the user speaking.
 HARNESS_PROMPTS = ("[Request interrupted", "<command-name>", "<command-message>", "<local-command",
                    "Caveat:", "<system-reminder>", "<user-prompt-submit-hook>", "<bash-input>",
-                   "<bash-stdout>", "<bash-stderr>")
+                   "<bash-stdout>", "<bash-stderr>", "<task-notification>", "Tool loaded.")
 # Tool errors about the agent's use of the tool (or the user declining it), not the project.
 HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The user doesn't want to take this action",
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
@@ -36,6 +36,9 @@ ANSWER_TOOLS = ("askuserquestion", "ask_user", "request_user_input")
 ANSWER_PAIR = re.compile(r'"([^"]{3,300})"\s*=\s*"([^"]{1,300})"')
 # A subagent's final report comes back as the delegating tool's result.
 DELEGATE_TOOLS = ("task", "agent", "delegate", "spawn_agent")
+# What the delegating tool answers when the subagent runs in the background: the harness's
+# notice to the agent ("Async agent launched ... do not mention to user"), not a report.
+HARNESS_REPORTS = ("Async agent launched",)
 
 MIN_WORDS, MAX_CHARS = 6, 400
 
@@ -108,6 +111,7 @@ DECIDED = _rx(r"\bwe(?:'ve| have)? (?:decided|chose|agreed|settled|picked|opted)
 DECISION_QUESTION = _rx(r"\b(?:should|shall|will|would|do) we\b", r"\bwhich (?:[\w-]+ ){0,3}(?:should|to)\b",
                         r"\b(?:how|what) (?:[\w-]+ ){0,3}should\b", r"\b(?:approach|option|strategy)\b")
 PREFERENCE = _rx(r"^(?:no|nope)\b[,.!]?", r"^(?:don't|do not|never|always|stop)\b", r"^please (?:don't|do not|always|never|use|keep)\b",
+                 r"^(?:include|exclude|keep|pause|skip|avoid|only|make sure|ask me|confirm)\b", r"\bwe should\b", r"\blet's\b",
                  r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
                  r"\binstead\b", r"\bprefer\b", r"\brather\b")
 
@@ -167,9 +171,17 @@ def clean_line(line: str) -> str:
     return " ".join(line.split())
 
 
-def statements(text: str) -> list:
+# People type in lower case: in what the user says a sentence may start with a small letter.
+_SENT_LOWER = re.compile(r"(?<=[.!?])\s+(?=[a-z])")
+# The user marking what to remember ("note that most are Python"): the marker is cut as filler,
+# the cue stays.
+USER_NOTE = re.compile(r"^(?:note|fyi|remember|keep in mind)(?: that|:|,)\s", re.I)
+
+
+def statements(text: str, casual: bool = False) -> list:
     """A text cut into statements: code blocks dropped, one statement per list item or line,
-    lines cut at sentence ends. Table rows and headings alone are not statements."""
+    lines cut at sentence ends (`casual`: before a small letter too, as the user types). Table
+    rows and headings alone are not statements."""
     text = _FENCE.sub("\n", text or "")
     out = []
     for raw in text.splitlines():
@@ -178,9 +190,10 @@ def statements(text: str) -> list:
             continue
         line = clean_line(s)
         for sent in _SENT.split(line):
-            sent = sent.strip()
-            if sent:
-                out.append(sent)
+            for part in (_SENT_LOWER.split(sent) if casual else [sent]):
+                part = part.strip()
+                if part:
+                    out.append(part)
     return out
 
 
@@ -368,6 +381,8 @@ def mine(events: list) -> Mined:
                 for q, a in ANSWER_PAIR.findall(t):
                     units.append(("answer", f"{q}={a}", ev.line_no, ev.uuid))
             elif tool in DELEGATE_TOOLS:
+                if t.startswith(HARNESS_REPORTS):
+                    continue
                 key = " ".join(t.split())
                 if key not in seen_texts:
                     seen_texts.add(key)
@@ -380,12 +395,18 @@ def mine(events: list) -> Mined:
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
     for role, t, line, uuid in units:
-        for st in (statements(t) if role != "answer" else [t]):
+        for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
             m.statements += 1
+            noted = role == "user" and USER_NOTE.match(st)
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
+            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
+                continue
             s, kind, cues = score(st, role)
+            if noted and "remember" not in cues:
+                s, cues = s + WEIGHTS["remember"], cues + ["remember"]
+            kind = rules.kind_of(st, role, kind)
             spans.append(Span(text=st, role=role, line=line, uuid=uuid, kind=kind, score=s, cues=cues))
     spans.extend(_error_spans(order, errors))
     spans.extend(_run_spans(order))
@@ -394,7 +415,8 @@ def mine(events: list) -> Mined:
     for sp in spans:
         if sp.score < FLOOR or not (set(sp.cues) & SEMANTIC or sp.role == "answer"):
             continue
-        if sp.role not in ("error", "command") and policies.is_narration(sp.text):  # its parts were checked
+        # The user's "let's use X" is a decision, not narration; an error's parts were checked.
+        if sp.role not in ("error", "command", "user", "answer") and policies.is_narration(sp.text):
             continue
         key = policies._norm(sp.text)
         if key not in best or sp.score > best[key].score:
@@ -407,11 +429,13 @@ def _head(cmd: str) -> str:
     return " ".join(cmd.split()[:2])
 
 
-def _fix_statement(text: str) -> "str | None":
-    """The claim in what the agent said after an error: "Let me fix X by Y:" -> "fix X by Y"."""
+def _fix_statement(text: str, head: str) -> "str | None":
+    """The claim in what the agent said after an error: "Let me fix X by Y:" -> "fix X by Y",
+    when it names the error or its subject and is more than a fix's trivia."""
     for st in statements(text):
         st = tighten(FIX_LEAD.sub("", st)).rstrip(":").strip()
-        if len(_content(st)) >= 4 and not policies.is_narration(st):
+        if len(_content(st)) >= 4 and not policies.is_narration(st) and rules.links(head, st) \
+                and not rules.is_trivia(st) and not rules.of_the_moment(st):
             return st
     return None
 
@@ -437,7 +461,7 @@ def _error_spans(order: list, errors: list) -> list:
         for kind, payload in after:
             if kind == "text":
                 t, tev = payload
-                got = _fix_statement(t)
+                got = _fix_statement(t, f"{cmd} {err}")
                 if got:
                     fix_text, fix_line = got, tev.line_no
                     break
@@ -457,7 +481,8 @@ def _error_spans(order: list, errors: list) -> list:
                 if k != "text":
                     continue
                 cause = next((tighten(st) for st in statements(p[0]) if CAUSE.search(st)
-                              and not PROGRESS.search(st) and not policies.is_narration(st)), None)
+                              and not PROGRESS.search(st) and not policies.is_narration(st)
+                              and rules.links(f"{cmd} {err}", st) and not rules.of_the_moment(st)), None)
                 if cause:
                     fix_line = p[1].line_no
                     break

@@ -148,6 +148,35 @@ def similarity(a: str, b: str) -> float:
     return float(score)
 
 
+# The names a claim is about: code spans and paths of some length ("`/opt/venv/bin/python3.10`").
+_SPECIFIC = re.compile(r"`([^`\n]{8,120})`|(?<![\w/])((?:[\w.@~-]+)?/[\w.@/-]{7,})")
+
+
+def _specifics(text: str) -> set:
+    return {(a or b).lower().strip("./") for a, b in _SPECIFIC.findall(text)}
+
+
+def same_claim(a: str, b: str, ratio: float) -> bool:
+    """Two drafts say the same thing: alike in words (>= ratio), or about the same names: they
+    share two or more, or one's single name is the other's and their words mostly overlap (the
+    same path fact said three times in three wordings in one turn)."""
+    if similarity(a, b) >= ratio:
+        return True
+    sa, sb = _specifics(a), _specifics(b)
+    shared = sa & sb
+    if len(shared) >= 2:
+        return True
+    if shared and (sa <= sb or sb <= sa):
+        from rapidfuzz import fuzz
+
+        return fuzz.token_set_ratio(_norm(a), _norm(b)) >= 60
+    return False
+
+
+def _same_index(text: str, others: list, ratio: float) -> "int | None":
+    return next((i for i, o in enumerate(others) if same_claim(text, o, ratio)), None)
+
+
 def _closest(text: str, others: list) -> "tuple[float, int | None]":
     from rapidfuzz import process
 
@@ -178,12 +207,41 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
             continue
         redactions.update(d.redactions)
         reason = _reason(d, c, memories, seen, requests, window, len(kept))
+        if reason == "duplicate_proposal" and kept:
+            # The same thing twice in one pass: the better-worded one stays (the more confident,
+            # then the shorter), and it keeps the other's provenance in its why.
+            i = _same_index(d.text, [k.text for k in kept], float(c["duplicate_ratio"]))
+            if i is not None:
+                k = kept[i]
+                better, worse = (d, k) if _better(d, k) else (k, d)
+                better.why = _also(better.why, worse)
+                kept[i] = better
+                seen[len(pending) + i] = better.text
+                rejected.append((worse, "duplicate_proposal"))
+                continue
         if reason:
             rejected.append((d, reason))
             continue
         kept.append(d)
         seen.append(d.text)
     return Screened(kept, rejected, redactions)
+
+
+# A statement that leans on what came before it ("Additionally, ...", "Also ...", "which ...").
+_FRAGMENT = re.compile(r"^(?:additionally|also|and|but|so|which|this|that|it|they|then)\b|^[a-z]")
+
+
+def _better(a: Draft, b: Draft) -> bool:
+    """Whether a is the better-worded of two drafts saying the same: one that stands alone,
+    then the one naming more (paths, code), then the more confident, then the shorter."""
+    def key(d):
+        return (not _FRAGMENT.search(d.text.strip()), len(_specifics(d.text)), d.confidence or 0.0, -len(d.text))
+    return key(a) > key(b)
+
+
+def _also(why: str, other: Draft) -> str:
+    where = f"line {other.line}" + (f"-{other.line_to}" if other.line_to and other.line_to != other.line else "")
+    return f"{why}; also said at {where}" if other.line is not None else why
 
 
 def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) -> "str | None":
@@ -199,7 +257,7 @@ def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) ->
         return "too_long"
     if is_repetitive(text):
         return "repetitive"
-    if is_narration(text):
+    if d.role not in ("user", "answer") and is_narration(text):  # the user's "let's use X" decides
         return "narration"
     if window is not None and (invented_numbers(text, window)
                                or grounding(text, window) < float(c["min_grounding"])):
@@ -211,9 +269,11 @@ def _reason(d: Draft, c: dict, memories, seen, requests, window, n_kept: int) ->
     # repeating the request is not something learned.
     if requests and d.role not in ("user", "answer") and _closest(text, list(requests))[0] >= ratio:
         return "echoes_request"
+    # A current memory is a duplicate only when alike in words: sharing names with one is how a
+    # new rule about the same file is said.
     if memories and _closest(text, list(memories))[0] >= ratio:
         return "duplicate_memory"
-    if seen and _closest(text, list(seen))[0] >= ratio:
+    if seen and _same_index(text, list(seen), ratio) is not None:
         return "duplicate_proposal"
     if n_kept >= int(c["max_drafts"]):
         return "over_limit"

@@ -373,11 +373,11 @@ def _runtime(res: PassResult, cfg, runtime):
         return None
     if runtime is None:
         from recalld.model import runtime as llm
-        from recalld.model.errors import Unavailable
+        from recalld.model.errors import ModelFailed, Unavailable
 
         try:
             runtime = llm.require_runtime(ROLE, cfg)
-        except Unavailable as e:
+        except (Unavailable, ModelFailed) as e:  # a worker that died loading: rank by cues
             res.model_error = _error_code(e)
             return None
     res.model = getattr(runtime, "name", None) or os.path.basename(getattr(runtime, "model_path", "") or "") or None

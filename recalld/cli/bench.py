@@ -15,7 +15,7 @@ def register(cli):
     def bench(names, out, quick, data, as_json):
         """Run every benchmark (or the NAMES given) and write report.md, figures.json and plots
         to --out. Each figure sits next to its baseline from the same run. A benchmark whose
-        data (../shared, --data) or model is missing is reported as skipped, with the reason."""
+        data (the shared data folder beside the checkout, or --data) or model is missing is reported as skipped, with the reason."""
         import json
 
         from recalld.bench import run as bench_mod

@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 import click
 
 from recalld.hook import crystal_source, payloads
-from recalld.core import crystal_trust, crystals, fence, pack, paths, receipts, scope, settings, trust
-from recalld.core.crystal_stats import stats  # the `stats` command's figures (also the benchmark's)
+from recalld import crystal_admin
+from recalld.core import crystals, fence, pack, paths, receipts, scope, settings, trust
+from recalld.crystal_admin import stats  # the `stats` command's figures (also the benchmark's)
 
 SHORT_KEY = 3
 
@@ -206,7 +207,7 @@ def trust_folder(cwd: "str | None") -> dict:
 
     project = _project(cwd)
     try:
-        rec, entries, failures = crystal_trust.trust_project(project)
+        rec, entries, failures = crystal_admin.trust_project(project)
     except ValueError as e:
         raise Fail(str(e)) from None
     return {"dir": rec["dir"], "project": project, "time": rec["time"], "files": rec["files"],
@@ -234,7 +235,7 @@ def register(cli):
         """Every crystal this project sees, and files that do not parse."""
         project = _project(cwd)
         index = crystals.load_for(project)
-        summary = crystal_trust.trust_summary(project)
+        summary = crystal_admin.trust_summary(project)
         today = datetime.now().date()
         rows = [{"id": c.id, "origin": c.origin, "on": list(c.on), "match": list(c.match), "tell": c.tell,
                  "stale_after": c.stale_after, "stale": c.is_stale(today), "essence_chars": c.essence_chars,

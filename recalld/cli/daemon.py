@@ -27,12 +27,16 @@ def register(cli):
         from recalld.daemon.log import log_path
         from recalld.daemon.embedder import EmbedPass
         from recalld.daemon.service import Daemon
+        from recalld.daemon import lastrun
 
         pid = autostart.running_pid()
         if pid is not None:
             # exit status 3 (not 1): service managers are told not to restart on it
             click.echo(f"recalld: a daemon is already running (pid {pid})", err=True)
             sys.exit(3)
+        died = lastrun.begin()
+        if died:
+            click.echo(f"recalld: the last daemon (pid {died.get('pid')}) {died.get('how')}", err=True)
         dm = Daemon(turn_end_hooks=turn_end_hooks(), embedder=EmbedPass())
         click.echo(f"recalld daemon: pid {os.getpid()}, log {log_path()}", err=True)
         code = dm.run()
@@ -135,11 +139,23 @@ def _format(st: dict) -> str:
         if r.get("watched"):
             flags.append("watched")
         lines.append(f"  {r['path']} ({r['agent']}){' [' + ', '.join(flags) + ']' if flags else ''}")
+    d = st.get("died")
+    if d:
+        lines.append(f"  the last run DIED: pid {d.get('pid')}, {d.get('how')}"
+                     + (f" (started {d['started_at']}, last status {d.get('last_status_at')})" if d.get("started_at") else ""))
+        for w in d.get("where") or []:
+            lines.append(f"    at {w}")
+        if d.get("last_log_line"):
+            lines.append(f"    last log line: {d['last_log_line']}")
+    elif st["running"] and st.get("last_death"):
+        d = st["last_death"]
+        lines.append(f"  the run before this one died: pid {d.get('pid')}, {d.get('how')} (noticed {d.get('noticed_at')})")
     j = st.get("judge") or {}
     if j.get("available") is False:
         lines.append(f"judge: unavailable: {j.get('reason')}")
     else:
         lines.append(f"judge: {j.get('model')} ({j.get('source')}), {'loaded' if j.get('loaded') else 'not loaded'}")
+    lines.extend(_model_lines(st.get("models") or {}))
     h = st.get("hooks") or {}
     if st["running"]:
         if h.get("listening"):
@@ -166,6 +182,26 @@ def _format(st: dict) -> str:
     if err:
         lines.append(f"last error: {err.get('time')}: {err.get('message') or err.get('error')}")
     return "\n".join(lines)
+
+
+def _model_lines(models: dict) -> list:
+    """One line per role's model worker: running (pid, RSS), off and the fix, restarting."""
+    out = []
+    for role, m in models.items():
+        state = m.get("state")
+        if state == "running":
+            line = f"model worker ({role}): running, pid {m.get('pid')}, RSS {m.get('rss_mb')} MB"
+        elif state in ("off", "does not load"):
+            line = f"model worker ({role}): {state.upper()}: {m.get('reason')}"
+        elif state == "restarting":
+            line = f"model worker ({role}): restarting in {m.get('restart_in_s')} s"
+        else:
+            line = f"model worker ({role}): {state}" + (f": {m['reason']}" if m.get("reason") else "")
+        last = m.get("last_failure")
+        if last and state != "off":
+            line += f"; last failure {last.get('time')}: {last.get('message')}"
+        out.append(line)
+    return out
 
 
 def _dur(s) -> str:

@@ -106,7 +106,7 @@ def render() -> str:
 
 SETTINGS_HEADER = """# Settings
 
-Generated from the code (recalld/core/settings.py, recalld/core/settings_doc.py) by `python3 -m
+Generated from the code (recalld/core/settings.py, recalld/cli/settings_doc.py) by `python3 -m
 recalld.cli.docgen`; `tests/test_docs.py` fails when it is out of date. Do not edit by hand.
 
 Settings live in `RECALLD_HOME/settings.json`, which holds only what you changed:
@@ -124,7 +124,7 @@ def _cell(v) -> str:
 def render_settings() -> str:
     import json
 
-    from recalld.core import settings_doc
+    from recalld.cli import settings_doc
 
     out = [SETTINGS_HEADER, "\n| setting | takes | default | meaning |\n|---|---|---|---|\n"]
     for k in settings_doc.keys():

@@ -85,8 +85,9 @@ def _agent_install_command(agent: str):
                   help="Then draft proposals from the project's past Claude Code and Codex sessions (`recalld "
                   "propose --history`), or not. Default: ask in a terminal (default no), never otherwise.")
     @click.option("--dry-run", is_flag=True, help="Show the changes as a diff; write nothing.")
+    @click.option("--no-model-probe", is_flag=True, help="Do not load each model in a child process to see it runs.")
     @click.option("--json", "as_json", is_flag=True)
-    def cmd(scope, cwd, command, no_mcp, daemon, force, history, dry_run, as_json):
+    def cmd(scope, cwd, command, no_mcp, daemon, force, history, dry_run, no_model_probe, as_json):
         from recalld.install import plan as install
         from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
@@ -100,13 +101,19 @@ def _agent_install_command(agent: str):
         if daemon and not dry_run:
             autostart = _set_autostart()
         bytecode = None if dry_run else install.ensure_bytecode()
+        probe = None
+        if not dry_run and not no_model_probe:  # the same probe as `recalld doctor`
+            from recalld.install import doctor
+
+            probe = doctor.model_probe()
         if as_json:
             # JSON is for scripts: never a question; --history mines and reports here.
             past = _offer_history(cwd, history, ask=False, quiet=True) if history and not dry_run else None
             echo_json(dict(_plan_json(plan, records, dry_run), daemon_autostart=autostart, bytecode=bytecode,
-                           history=past))
+                           history=past, model_probe=probe))
             return
         _print_plan(plan, records, dry_run, show_diff=dry_run)
+        _print_probe(probe)
         if autostart:
             click.echo("daemon autostart: on (settings daemon.autostart; `recalld config set daemon.autostart false` turns it off)")
         if not dry_run:
@@ -272,17 +279,42 @@ def register(cli):
     @click.option("--cwd", type=click.Path(file_okay=False, exists=True))
     @click.option("--command", "command", help="Time this command's hook instead of this recalld's.")
     @click.option("--no-hook-run", is_flag=True, help="Skip the timed hook run.")
+    @click.option("--no-model-probe", is_flag=True, help="Skip loading each model in a child process.")
     @click.option("--json", "as_json", is_flag=True)
-    def doctor(cwd, command, no_hook_run, as_json):
-        """What is installed where, where state lives, and one timed `prompt-submit` hook run."""
+    def doctor(cwd, command, no_hook_run, no_model_probe, as_json):
+        """What is installed where, where state lives, each model probed in a child process, and
+        one timed `prompt-submit` hook run."""
         from recalld.install import doctor as lib
         from recalld.cli.common import echo_json
 
-        rep = lib.report(cwd, command, run_hook=not no_hook_run)
+        rep = lib.report(cwd, command, run_hook=not no_hook_run, probe_models=not no_model_probe)
         if as_json:
             echo_json(rep)
             return
         _print_doctor(rep)
+
+
+def _print_probe(p: "dict | None") -> None:
+    """`model judge: works (...)` or `crashes with SIGILL: ... rebuild: ...`, a line a role."""
+    if not p:
+        return
+    if p.get("error"):
+        click.echo(f"model probe: {p['error']}")
+    for role, r in (p.get("status") or {}).items():
+        click.echo(f"model probe {role}: {r.get('said')}")
+
+
+def _print_daemon_health(d: dict) -> None:
+    from recalld.cli.daemon import _model_lines
+
+    died = d.get("died")
+    if died:
+        click.echo(f"  the daemon's last run DIED: pid {died.get('pid')}, {died.get('how')}"
+                   + (f"; last log line: {died['last_log_line']}" if died.get("last_log_line") else ""))
+    workers = {r: m for r, m in (d.get("model_workers") or {}).items()
+               if m.get("state") in ("off", "does not load", "restarting")}
+    for line in _model_lines(workers):
+        click.echo(f"  {line}")
 
 
 def _print_doctor(rep: dict) -> None:
@@ -342,8 +374,10 @@ def _print_doctor(rep: dict) -> None:
             serving = d["running"] and ((d.get("last_status") or {}).get("hooks") or {}).get("listening")
             click.echo(f"daemon: {'running, pid ' + str(d['pid']) if d['running'] else 'not running'}"
                        f"{', serving the hooks' if serving else ''}; autostart {'on' if d['autostart'] else 'off'}")
+            _print_daemon_health(d)
         else:
             click.echo(f"{name}: {json.dumps(m.get('status'), default=str)[:500]}")
+    _print_probe(rep.get("model_probe"))
     b = rep.get("bytecode")
     if b:
         if b["missing_or_stale"]:

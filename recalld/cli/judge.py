@@ -36,7 +36,7 @@ def register(cli):
         if max_pass is not None:
             cfg["judge"]["max_pass"] = max_pass
         conn = open_db()
-        res = judge_need(conn, need, resolve_scope(cwd), cfg, encoder=False if no_embedder else None)
+        res = _judged(conn, need, resolve_scope(cwd), cfg, no_embedder)
         if as_json:
             echo_json(res.as_dict())
             return
@@ -71,3 +71,25 @@ def register(cli):
             click.echo("passed: " + ", ".join(f"m{v.memory_id}" for v in res.passed))
         else:
             click.echo("passed: nothing" + ("" if res.available else " (no judge)"))
+
+
+def _judged(conn, need, sc, cfg, no_embedder: bool):
+    """judge_need with the model in a worker process, as the daemon runs it: a model that
+    crashes (SIGILL on a CPU whose AMX the kernel withholds) ends in a one-line failure with
+    the fix, not in this command dying of the signal."""
+    from recalld.cli.common import Fail
+    from recalld.daemon.models import Models
+    from recalld.judge.judge import judge_need
+    from recalld.model import runtime
+    from recalld.model.errors import ModelFailed
+
+    models = Models(cfg)
+    runtime.use_provider(models)
+    try:
+        return judge_need(conn, need, sc, cfg, encoder=False if no_embedder else None)
+    except ModelFailed as e:
+        fix = e.detail.get("fix")
+        raise Fail(f"{e}{': ' + fix if fix else ''}") from None
+    finally:
+        models.shutdown()
+        runtime.use_provider(None)

@@ -105,6 +105,25 @@ def search(query, limit, cwd, floor, as_json):
 @cli.command()
 @click.argument("memory_id")
 @click.option("--cwd", type=click.Path(file_okay=False), help="Read as this project (default: current directory).")
+@click.option("--session", help="The agent session that opens it, for the receipt.")
+@click.option("--json", "as_json", is_flag=True)
+def show(memory_id, cwd, session, as_json):
+    """Open one memory whole (a tell's `recalld show ID`): its text, kind, scope and state.
+    The open is receipted, so `recalld receipts` shows which tells were opened."""
+    conn = open_db()
+    try:
+        m = store.show(conn, memory_id, resolve_scope(cwd), via="cli", session=session)
+    except store.StoreError as e:
+        raise Fail(str(e))
+    if as_json:
+        echo_json(m)
+        return
+    click.echo(fmt_memory(m))
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--cwd", type=click.Path(file_okay=False), help="Read as this project (default: current directory).")
 @click.option("--json", "as_json", is_flag=True)
 def history(memory_id, cwd, as_json):
     """Show a memory's supersession chain and every change to it (the memories this project
@@ -188,7 +207,7 @@ def import_(file, cwd, allow_secrets, as_json):
 @click.option("--summary", is_flag=True, help="Per hook: runs, outcome shares, p50/p99 duration.")
 @click.option("--session")
 @click.option("--hook")
-@click.option("--source", type=click.Choice(["hook", "daemon", "proposer", "cli"]))
+@click.option("--source", type=click.Choice(["hook", "daemon", "proposer", "cli", "mcp"]))
 @click.option("--limit", type=int, default=None)
 def receipts_cmd(as_json, summary, session, hook, source, limit):
     """What every hook run and background pass did: delivered, cut, withheld, failed."""
@@ -203,6 +222,7 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
             conn = None
     recs = receipts.read(conn, session=session, hook=hook, source=source,
                          limit=None if summary else (limit or (None if as_json else 20)))
+    receipts.mark_opened(conn, recs)
     if summary:
         data = receipts.summary(recs[:limit] if limit else recs)
         if as_json:
@@ -213,7 +233,8 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
             shares = ", ".join(f"{k} {v:.0%}" for k, v in s["outcomes"].items())
             p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
             p99 = f"{s['p99_ms']:.1f}" if s["p99_ms"] is not None else "-"
-            click.echo(f"{s['source'] or '-':8} {s['hook'] or '-':14} {s['runs']:>6} {p50:>8} {p99:>8}  {shares}")
+            told = f"; told {s['told']}, opened {s['opened']}" if s.get("told") else ""
+            click.echo(f"{s['source'] or '-':8} {s['hook'] or '-':14} {s['runs']:>6} {p50:>8} {p99:>8}  {shares}{told}")
         return
     if as_json:
         echo_json(recs)
@@ -225,6 +246,11 @@ def receipts_cmd(as_json, summary, session, hook, source, limit):
     click.echo(f"{'time':19} {'source':7} {'hook':13} {'act':11} {'outcome':8} {'ms':>7} {'cand':>4} {'del':>3} {'cut':>3} {'wh':>3}  ids / error")
     for r in reversed(recs):
         ids = ",".join(r.get("delivered_ids") or [])
+        told = (r.get("detail") or {}).get("told")
+        if told:  # shown as tells; `opened`: opened since (recalld show, the MCP tool show)
+            opened = set(r.get("opened") or ())
+            ids = (ids + " " if ids else "") + "told " + ",".join(k + (" (opened)" if k in opened else "")
+                                                                  for k in told)
         tail = r.get("error") or ids
         dur = r.get("duration_ms")
         click.echo(f"{(r.get('time') or '')[:19]:19} {r.get('source') or '':7} {r.get('hook') or '':13} "
@@ -251,7 +277,7 @@ def hook(event, agent, deadline_ms):
               "inside it, never another project.")
 def mcp(root):
     """Serve search, remember, history, retract (and more) as MCP tools over stdio."""
-    from recalld.mcp_stdio import serve  # ready for tools/list before the mcp SDK has loaded
+    from recalld.mcp.stdio import serve  # ready for tools/list before the mcp SDK has loaded
 
     serve(root)
 
@@ -281,7 +307,7 @@ def config_show():
 @click.option("--json", "as_json", is_flag=True, help="One object per setting: key, type, default, meaning.")
 def config_keys(as_json):
     """Every setting: what it takes, its default and what it does (docs/settings.md)."""
-    from recalld.core import settings_doc
+    from recalld.cli import settings_doc
 
     rows = settings_doc.keys()
     if as_json:
@@ -320,8 +346,8 @@ def config_set(key, value):
 
 
 # Every command module, listed where it is wired (no discovery by scanning).
-from recalld.cli import bench, crystals, daemon, embed, export, install, judge, models, proposals  # noqa: E402
+from recalld.cli import bench, crystals, daemon, demo, embed, export, install, judge, models, proposals  # noqa: E402
 
-COMMAND_MODULES = (bench, crystals, daemon, embed, export, install, judge, models, proposals)
+COMMAND_MODULES = (bench, crystals, daemon, demo, embed, export, install, judge, models, proposals)
 for _mod in COMMAND_MODULES:
     _mod.register(cli)

@@ -358,4 +358,14 @@ CREATE TABLE memory_vectors (
 );
 """,
     ),
+    (
+        7,
+        "queue tiers: a queued memory is delivered whole or shown as a one-line tell",
+        """
+-- The judge's middle band (below its threshold, above the lower edge tells.judge_floor) is queued
+-- as a tell: one line with the memory's id, which the agent opens when it matters. Rows
+-- queued before this are whole, as they were.
+ALTER TABLE queue ADD COLUMN tier TEXT NOT NULL DEFAULT 'whole' CHECK (tier IN ('whole', 'tell'));
+""",
+    ),
 ]

@@ -1,6 +1,6 @@
 """The packer: one character budget per act, shared by every source (standard library only).
 
-Rules (seed 000, docs/crystals.md "The packer"):
+Rules (docs/crystals.md "The packer"):
 
 - Each act has a budget (default 4,000 chars) and a per-item cap (default 2,000). The cap
   never exceeds the budget.
@@ -11,6 +11,9 @@ Rules (seed 000, docs/crystals.md "The packer"):
   421-char head only 12 of 20, worse than an 81-char tell); otherwise it degrades to its tell;
   an item whose tell does not fit either is withheld.
 - Stale items are withheld (outcome "stale").
+- A told item (meta `tier` "tell": recalld/core/tiers.py chose to show it as one line, not
+  whole) is placed as it is, never cut: outcome "told", or "withheld" when it does not fit.
+  Told items are counted apart from delivered ones (the receipt's `detail.told`).
 
 Every item handed in comes out in exactly one bucket (whole, cut, tell, withheld, stale), so
 "present, correctly selected, and cut" is visible in the receipt instead of logging like a hit.
@@ -26,7 +29,7 @@ crowded out by an oversubscribed crystal corpus.
 
 CLAIM_MARKERS = ("⛔", "❗", "⚠")
 ELLIPSIS = "…"
-OUTCOMES = ("whole", "cut", "tell", "withheld", "stale")
+OUTCOMES = ("whole", "cut", "tell", "told", "withheld", "stale")
 DEFAULT_CAP = 2000
 MIN_CUT = 750
 # Share of the act's budget a source keeps for itself against earlier sources in the order.
@@ -96,11 +99,20 @@ class Packed:
         return [p for p in self.placed if p.outcome in ("whole", "cut", "tell")]
 
     @property
+    def told(self) -> list:
+        return [p for p in self.placed if p.outcome == "told"]
+
+    @property
+    def shown(self) -> list:
+        """Everything the agent reads: the delivered items and the told ones, in order."""
+        return [p for p in self.placed if p.text]
+
+    @property
     def chars(self) -> int:
-        return sum(len(p.text) + 1 for p in self.delivered)
+        return sum(len(p.text) + 1 for p in self.shown)
 
     def text(self) -> str:
-        return "\n".join(p.text for p in self.delivered)
+        return "\n".join(p.text for p in self.shown)
 
     def counts(self) -> dict:
         return _tally(self.placed)
@@ -128,7 +140,8 @@ def _tally(placed: list) -> dict:
     for p in placed:
         c[p.outcome] += 1
     c["matched"] = len(placed)
-    c["delivered_chars"] = sum(len(p.text) + 1 for p in placed if p.text)
+    c["delivered_chars"] = sum(len(p.text) + 1 for p in placed if p.text and p.outcome != "told")
+    c["told_chars"] = sum(len(p.text) + 1 for p in placed if p.outcome == "told")
     c["cut_chars"] = sum(p.cut_chars for p in placed)
     c["cut_claims"] = sum(p.cut_claims for p in placed)
     c["withheld_chars"] = sum(p.withheld_chars for p in placed)
@@ -185,7 +198,10 @@ def pack(items: list, budget: int, cap: int = DEFAULT_CAP, *, min_cut: int = MIN
             placed.append(Placed(item, "stale", withheld_chars=len(full), wanted_chars=wanted))
             continue
         avail = left - sum(v for s, v in held.items() if s != item.source)
-        p = _place(item, full, avail, cap, budget if sole else 0, min_cut)
+        if item.meta.get("tier") == "tell":
+            p = Placed(item, "told", full) if wanted <= avail else Placed(item, "withheld", withheld_chars=len(full))
+        else:
+            p = _place(item, full, avail, cap, budget if sole else 0, min_cut)
         p.wanted_chars = wanted
         used = len(p.text) + 1 if p.text else 0
         left -= used

@@ -161,6 +161,28 @@ def read(conn: "sqlite3.Connection | None", *, session=None, hook=None, source=N
     return out[:limit] if limit else out
 
 
+def mark_opened(conn: "sqlite3.Connection | None", recs: list[dict]) -> None:
+    """Add `opened` to every receipt that told memories (`detail.told`): those of its told
+    memories that were later opened (`recalld show`, the MCP tool `show`) in the same project,
+    the evidence that a tell was worth its line."""
+    told = [r for r in recs if (r.get("detail") or {}).get("told")]
+    if not told or conn is None:
+        return
+    ids = sorted({k for r in told for k in r["detail"]["told"]})
+    opens: dict = {}
+    try:
+        for t, project, delivered in conn.execute(
+                "SELECT time, project, delivered_ids FROM receipts WHERE hook = 'show' AND outcome = 'injected' "
+                f"AND act = 'open' AND json_extract(delivered_ids, '$[0]') IN ({','.join('?' * len(ids))})", ids):
+            for k in jsonio.loads(delivered or "[]"):
+                opens.setdefault((project, k), []).append(t)
+    except sqlite3.Error:
+        return
+    for r in told:
+        r["opened"] = [k for k in r["detail"]["told"]
+                       if any(t > (r.get("time") or "") for t in opens.get((r.get("project"), k), ()))]
+
+
 def percentile(values: list, q: float) -> "float | None":
     if not values:
         return None
@@ -187,6 +209,8 @@ def summary(recs: list[dict]) -> list[dict]:
             "cut": sum(r.get("cut") or 0 for r in rs),
             "withheld": sum(r.get("withheld") or 0 for r in rs),
             "withheld_chars": sum(r.get("withheld_chars") or 0 for r in rs),
+            "told": sum(len((r.get("detail") or {}).get("told") or ()) for r in rs),
+            "opened": sum(len(r.get("opened") or ()) for r in rs),
         })
     return out
 

@@ -1,6 +1,6 @@
 """The one scope resolver. Reads and writes both call it, so they can never disagree about
-which project a session belongs to (seed 002: "resolve it twice and the two eventually
-disagree, filing a fact into a drawer the next session never opens").
+which project a session belongs to (resolve it twice and the two eventually disagree, filing a fact into a drawer the next
+session never opens).
 
 Standard library only, no subprocess: it runs inside every hook.
 

@@ -1,6 +1,6 @@
 """Settings: defaults overlaid by RECALLD_HOME/settings.json (standard library only).
 
-Every value is checked against RULES, on write (`recalld config set` refuses a bad one) and on
+Every value is checked against its declaration in SETTINGS, on write (`recalld config set` refuses a bad one) and on
 read: the hook reads settings on every run, and one bad value (a string for a number, a null,
 `deadline_ms: 0`, which would switch the deadline off) used to make every hook fail before it
 could write a receipt. A bad value now falls back to its default, and load() names the keys
@@ -14,92 +14,179 @@ from recalld.core import jsonio, paths
 # The agent's hard cap on one hook output string (Claude Code truncates at 10,000).
 AGENT_OUTPUT_CAP = 10_000
 
-DEFAULTS: dict = {
-    # pre-step (prompt-submit) recall
-    "budget_chars": 4000,
-    "item_cap_chars": 2000,
-    "max_results": 5,
-    # IDF-weighted share of the query's informative terms a memory must cover to be injected
-    "floor": 0.3,
-    # boot (session-start): the always-loaded set
-    "boot_budget_chars": 2000,
-    # tool acts (pre-tool/post-tool): crystals and the judge's queue share this
-    "tool_budget_chars": 4000,
-    "deadline_ms": 300,
-    # the semantic pre-step (recalld/hook/semantic.py): how long a prompt-submit hook waits for
-    # the daemon's fused ranking before it answers lexically; 0 switches the channel off. The
-    # wait is what a served run at 100k memories on the loaded 2-core machine stays inside
-    # (docs/architecture.md, "The semantic pre-step"); without the daemon it costs one stat.
-    "semantic_wait_ms": 25,
-    # add a sha256 of the prompt to receipts (off: receipts stay payload-free)
-    "receipt_hash": False,
-    # the background pass
-    # judge.threshold: the probability that a memory answers the need (recalld.judge.calibrated),
-    # chosen leave-one-group-out by recalld/bench/fit_judge.py for the embedded SmolLM2-135M and
-    # all-MiniLM-L6-v2 (docs/judge.md); max_pass: at most this many of the most probable pass
-    "judge": {"threshold": 0.6, "max_candidates": 5, "max_pass": 1, "timeout_s": 20},
-    "queue": {"expire_steps": 6, "expire_minutes": 30},
-    # models.embedder: a bundle directory or .zip (recalld.model.resolve), "off", or None (auto)
-    "models": {"judge": None, "proposer": None, "embedder": None},
-    # capture: the proposer drafts, policies screen, the agent decides (docs/capture.md)
-    "proposals": {"enabled": True, "max_drafts": 3, "min_chars": 40, "min_words": 6, "max_chars": 600,
-                  "min_confidence": 0.5, "duplicate_ratio": 88, "min_grounding": 0.6,
-                  "timeout_s": 60, "show_times": 2, "show_max": 5, "review_gate": False},
-    # the daemon (docs/daemon.md): extra transcript roots, first-start window, need timing.
-    # debounce_s 0.5: in the shared transcripts 41% of records follow the previous one within
-    # 0.5 s (one message's blocks) and only 8% more within 1 s, while the agent's next tool
-    # call comes a median 3.8 s after a tool result; a shorter wait lands more passes in time.
-    "daemon": {"roots": [], "recent_days": 2, "autostart": False, "rescan_s": 30, "poll_s": 2,
-               "live_s": 300, "debounce_s": 0.5, "max_wait_s": 6.0, "min_pass_interval_s": 15,
-               "max_passes_per_minute": 6, "need_window": 12, "need_max_chars": 600,
-               "preload_model": True, "load_allowance_s": 60, "serve_hooks": 8},
-}
+
+class Setting:
+    """One setting: its dotted key, default, type, inclusive range and meaning. Types: "int",
+    "number" (int or float), "bool", "str", "str?" (a string or null), "str-list". The table
+    below is the one declaration: it validates (`check`, `load`), documents (docs/settings.md)
+    and feeds `recalld config keys`."""
+
+    __slots__ = ("key", "default", "type", "low", "high", "meaning")
+
+    def __init__(self, key: str, default, type: str, low=None, high=None, meaning: str = ""):
+        self.key, self.default, self.type, self.low, self.high, self.meaning = key, default, type, low, high, meaning
 
 
-# What a setting may hold, by dotted key: (type, low, high), the range inclusive. Types: "int",
-# "number" (int or float), "bool", "str", "str?" (a string or null), "str-list". A key of
-# DEFAULTS not listed here takes its default's type, with no range.
-RULES: dict = {
-    "budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "item_cap_chars": ("int", 1, AGENT_OUTPUT_CAP),
-    "max_results": ("int", 1, 100), "floor": ("number", 0, 1),
-    "boot_budget_chars": ("int", 0, AGENT_OUTPUT_CAP), "tool_budget_chars": ("int", 0, AGENT_OUTPUT_CAP),
-    # at least 1: 0 would switch the hook's deadline off (setitimer(0) disarms the timer)
-    "deadline_ms": ("int", 1, 60_000), "semantic_wait_ms": ("int", 0, 60_000),
-    "judge.threshold": ("number", 0, 1), "judge.max_candidates": ("int", 1, 50),
-    "judge.max_pass": ("int", 0, 10), "judge.timeout_s": ("number", 0.1, 600),
-    "queue.expire_steps": ("int", 1, 1000), "queue.expire_minutes": ("number", 0, 10_080),
-    "models.judge": ("str?", None, None), "models.proposer": ("str?", None, None),
-    "models.embedder": ("str?", None, None),
-    "proposals.max_drafts": ("int", 0, 20), "proposals.min_chars": ("int", 0, 10_000),
-    "proposals.min_words": ("int", 0, 1000), "proposals.max_chars": ("int", 1, 10_000),
-    "proposals.min_confidence": ("number", 0, 1), "proposals.duplicate_ratio": ("number", 0, 100),
-    "proposals.min_grounding": ("number", 0, 1), "proposals.timeout_s": ("number", 0.1, 3600),
-    "proposals.show_times": ("int", 0, 100), "proposals.show_max": ("int", 0, 100),
-    "daemon.roots": ("str-list", None, None), "daemon.recent_days": ("number", 0, 3650),
-    "daemon.rescan_s": ("number", 1, 86_400), "daemon.poll_s": ("number", 0.05, 3600),
-    "daemon.live_s": ("number", 0, 86_400), "daemon.debounce_s": ("number", 0, 60),
-    "daemon.max_wait_s": ("number", 0, 600), "daemon.min_pass_interval_s": ("number", 0, 3600),
-    "daemon.max_passes_per_minute": ("int", 0, 600), "daemon.need_window": ("int", 1, 1000),
-    "daemon.need_max_chars": ("int", 1, 100_000), "daemon.load_allowance_s": ("number", 0, 3600),
-    "daemon.serve_hooks": ("int", 0, 16),
-}
+SETTINGS = (
+    # pre-step (prompt-submit), boot and tool acts: what may be injected, and the hook's deadline
+    Setting('budget_chars', 4000, 'int', 0, AGENT_OUTPUT_CAP,
+            'Characters the pre-step (prompt-submit) may inject, all memories together.'),
+    Setting('item_cap_chars', 2000, 'int', 1, AGENT_OUTPUT_CAP,
+            'The most one memory or crystal may take of a budget; a longer one is cut.'),
+    Setting('max_results', 5, 'int', 1, 100,
+            'Memories the pre-step injects at most (it searches three times as many and keeps those above'
+            ' the floor).'),
+    Setting('floor', 0.4, 'number', 0, 1,
+            "The coverage score (the IDF-weighted share of the prompt's informative terms a memory holds,"
+            " 0..1) a memory needs before the pre-step injects it whole (below it, it may be told: "
+            "tells.*)."),
+    Setting('boot_budget_chars', 2000, 'int', 0, AGENT_OUTPUT_CAP,
+            'Characters the always-loaded memories may take at session start.'),
+    Setting('tool_budget_chars', 4000, 'int', 0, AGENT_OUTPUT_CAP,
+            "Characters a tool act (pre-tool, post-tool) may inject: its crystals and the judge's queued "
+            "memories share it."),
+    Setting('deadline_ms', 300, 'int', 1, 60_000,
+            'How long a hook may run before it answers with what it has (fail open); RECALLD_DEADLINE_MS '
+            'overrides it.'),
+    # 25: what a served prompt at 100k memories on the loaded 2-core machine stays inside
+    # (docs/architecture.md, "The semantic pre-step"); without the daemon it costs one stat
+    Setting('semantic_wait_ms', 25, 'int', 0, 60_000,
+            "How long a prompt-submit hook waits for the daemon's embedding ranking before it answers "
+            "lexically (from when it asks, before its own search); 0 switches that channel off, and "
+            'without the daemon it costs one stat (docs/architecture.md, "The semantic pre-step").'),
+    # tells (recalld/core/tiers.py): one line each for the candidates below the floor
+    Setting('tells.whole', True, 'bool', None, None,
+            'Deliver what clears the floor whole; false shows it as a tell instead (a line the agent '
+            'opens with `recalld show ID` or the MCP tool `show`).'),
+    Setting('tells.max', 2, 'int', 0, 10,
+            "Tells per prompt (and per step from the judge's queue) at most: one line each for the next "
+            "candidates below the floor; 0 switches tells off."),
+    Setting('tells.floor', 0.1, 'number', 0, 1.01,
+            'The coverage score a candidate below the floor needs to be told (above 1: never by '
+            'coverage).'),
+    Setting('tells.min_cos', 0.2, 'number', -1, 1.01,
+            'The embedding cosine (semantic channel on) at which a candidate below the floor is told '
+            '(above 1: never by cosine).'),
+    Setting('tells.judge_floor', 0.05, 'number', 0, 1.01,
+            "The judge's probability at which a candidate below judge.threshold is queued as a tell for "
+            "the next step (above 1: never)."),
+    # receipts
+    Setting('receipt_hash', False, 'bool', None, None,
+            'Add a sha256 of the prompt to each receipt (off: receipts hold no payload).'),
+    # the background pass (docs/judge.md)
+    Setting('judge.threshold', 0.6, 'number', 0, 1,
+            'The probability that a memory answers the need (recalld.judge.calibrated) at which the '
+            'background judge passes it (docs/judge.md).'),
+    Setting('judge.max_candidates', 5, 'int', 1, 50,
+            'Search results the judge considers for one need.'),
+    Setting('judge.max_pass', 1, 'int', 0, 10,
+            'How many of the most probable candidates may pass at most; 0 passes nothing.'),
+    Setting('judge.timeout_s', 20, 'number', 0.1, 600,
+            'Seconds the model may spend on one judge pass; a candidate it has not read by then cannot '
+            'pass.'),
+    Setting('queue.expire_steps', 6, 'int', 1, 1000,
+            'Hook runs of the session after which a queued (judged) memory that was not delivered '
+            'expires.'),
+    Setting('queue.expire_minutes', 30, 'number', 0, 10_080,
+            'Minutes after which a queued memory that was not delivered expires.'),
+    # models (recalld/model/resolve.py)
+    Setting('models.judge', None, 'str?', None, None,
+            'The judge\'s GGUF file; "off" disables the judge; null looks in RECALLD_MODEL, models/ '
+            'directories, then the embedded default (recalld/model/resolve.py).'),
+    Setting('models.proposer', None, 'str?', None, None,
+            'The proposer\'s GGUF file, resolved as models.judge is; "off" leaves capture to its cue '
+            'ranking.'),
+    Setting('models.embedder', None, 'str?', None, None,
+            'The sentence embedder: a bundle directory or .zip, "off", or null to find one '
+            '(docs/embeddings.md).'),
+    # capture (docs/capture.md)
+    Setting('proposals.enabled', True, 'bool', None, None,
+            'Whether turn boundaries propose memories and hooks show the drafts (docs/capture.md).'),
+    Setting('proposals.max_drafts', 3, 'int', 0, 20,
+            'Draft slots a capture pass has for every 2,500 characters said (at most 12).'),
+    Setting('proposals.min_chars', 40, 'int', 0, AGENT_OUTPUT_CAP,
+            'The shortest draft kept, in characters.'),
+    Setting('proposals.min_words', 6, 'int', 0, 1000,
+            'The shortest draft kept, in words.'),
+    Setting('proposals.max_chars', 600, 'int', 1, AGENT_OUTPUT_CAP,
+            'The longest draft kept, in characters.'),
+    Setting('proposals.min_confidence', 0.5, 'number', 0, 1,
+            'The lowest model confidence at which a draft is kept.'),
+    Setting('proposals.duplicate_ratio', 88, 'number', 0, 100,
+            'A draft this similar (rapidfuzz ratio, 0..100) to a stored memory or another draft is '
+            'dropped as a duplicate.'),
+    Setting('proposals.min_grounding', 0.6, 'number', 0, 1,
+            "The share of a draft's content words that must occur in what was said (a draft quotes, it "
+            "never invents)."),
+    Setting('proposals.timeout_s', 60, 'number', 0.1, 3600,
+            'Seconds of model calls a capture pass may spend; after that it keeps the cue ranking.'),
+    Setting('proposals.show_times', 2, 'int', 0, 100,
+            'How many times a batch of undecided drafts is shown to the agent.'),
+    Setting('proposals.show_max', 5, 'int', 0, 100,
+            'Drafts shown per hook at most.'),
+    Setting('proposals.review_gate', False, 'bool', None, None,
+            'At a Claude Code or Gemini stop, block once per batch until its drafts are decided (off by '
+            'default; never for Codex).'),
+    # the daemon (docs/daemon.md)
+    Setting('daemon.roots', [], 'str-list', None, None,
+            "Transcript folders to tail besides the agents' own (~/.claude/projects, ~/.codex/sessions)."),
+    Setting('daemon.recent_days', 2, 'number', 0, 3650,
+            'A transcript never seen before is read only if it changed within this many days.'),
+    Setting('daemon.autostart', False, 'bool', None, None,
+            'The session-start hook starts the daemon when none runs (`recalld install` turns it on).'),
+    Setting('daemon.rescan_s', 30, 'number', 1, 86_400,
+            'Seconds between rescans of the roots, for what the file watcher missed.'),
+    Setting('daemon.poll_s', 2, 'number', 0.05, 3600,
+            'Seconds between polls of the roots when watchdog is not installed.'),
+    Setting('daemon.live_s', 300, 'number', 0, 86_400,
+            'Only a transcript written within this many seconds can raise a need (history read at start '
+            'never does).'),
+    Setting('daemon.debounce_s', 0.5, 'number', 0, 60,
+            'Seconds a need waits for its session to go quiet (0.15 after a tool result).'),
+    Setting('daemon.max_wait_s', 6.0, 'number', 0, 600,
+            'The longest a need waits after its first trigger.'),
+    Setting('daemon.min_pass_interval_s', 15, 'number', 0, 3600,
+            'Seconds between two judge passes of one session at least.'),
+    Setting('daemon.max_passes_per_minute', 6, 'int', 0, 600,
+            'Judge passes a minute at most, all sessions together.'),
+    Setting('daemon.need_window', 12, 'int', 1, 1000,
+            'Transcript events of a session a need is built from.'),
+    Setting('daemon.need_max_chars', 600, 'int', 1, 100_000,
+            'The longest need (search query) a pass runs, in characters.'),
+    Setting('daemon.preload_model', True, 'bool', None, None,
+            'Load the judge model when the daemon starts, not at its first pass.'),
+    Setting('daemon.load_allowance_s', 60, 'number', 0, 3600,
+            'Extra seconds a pass may wait while the model is still loading.'),
+    Setting('daemon.serve_hooks', 8, 'int', 0, 16,
+            'Threads the daemon runs hooks on (RECALLD_HOME/run/hook.sock); 0 turns serving off and every'
+            ' hook runs in its own process (docs/daemon.md).'),
+    Setting('daemon.model_crash_limit', 3, 'int', 1, 100,
+            "Model worker crashes (or hangs, or garbage answers) in a row after which a model file's "
+            "roles are switched off until the file or the llama-cpp-python build changes "
+            "(docs/daemon.md)."),
+)
+
+
+def _nested(table) -> dict:
+    out: dict = {}
+    for s in table:
+        *groups, leaf = s.key.split(".")
+        d = out
+        for g in groups:
+            d = d.setdefault(g, {})
+        d[leaf] = s.default
+    return out
+
+
+# What the code reads: the defaults as nested JSON, and each leaf's (type, low, high).
+DEFAULTS: dict = _nested(SETTINGS)
+RULES: dict = {s.key: (s.type, s.low, s.high) for s in SETTINGS}
 _TYPE_WORDS = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
                "str?": "a string or null", "str-list": "a list of strings"}
 
 
 def _rule(key: str, default) -> tuple:
-    rule = RULES.get(key)
-    if rule is not None:
-        return rule
-    if isinstance(default, bool):
-        return ("bool", None, None)
-    if isinstance(default, int):
-        return ("int", None, None)
-    if isinstance(default, float):
-        return ("number", None, None)
-    if isinstance(default, list):
-        return ("str-list", None, None)
-    return ("str?" if default is None else "str", None, None)
+    return RULES[key]
 
 
 def expected(key: str, default) -> str:

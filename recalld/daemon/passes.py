@@ -126,6 +126,20 @@ def fill_from_result(r: dict, res) -> None:
         r["detail"]["load_ms"] = round(res.load_ms, 1)
 
 
+def middle_band(res, cfg: dict) -> list:
+    """The verdicts below the judge's threshold but at or above tells.judge_floor, most probable
+    first, at most tells.max: queued as tells (one line the agent opens when it matters), where
+    the judge cannot be sure enough to spend the whole text."""
+    t = cfg.get("tells") or {}
+    low, n = float(t.get("judge_floor", 2.0)), int(t.get("max", 0))
+    threshold = getattr(res, "threshold", None)
+    if n <= 0 or threshold is None:
+        return []
+    band = [v for v in getattr(res, "candidates", None) or [] if not v.passed and v.judge_score is not None
+            and low <= v.judge_score < threshold]
+    return sorted(band, key=lambda v: -v.judge_score)[:n]
+
+
 def new_for_session(conn, session: str, passed: list) -> tuple:
     """Passed verdicts not already queued for this session (one memory is injected once)."""
     rows, already = [], []
@@ -150,11 +164,12 @@ def commit_pass(conn, r: dict, rows: list, cfg: dict) -> str:
         try:
             queued = []
             for v in rows:
+                tier = "whole" if v.passed else "tell"  # not passed: the middle band (middle_band)
                 cur = conn.execute(
-                    "INSERT INTO queue (time, session, memory_id, score, receipt_uid, expires_at) VALUES (?,?,?,?,?,?)",
-                    (r["time"], r["session"], v.memory_id, v.judge_score, r["uid"], expires))
+                    "INSERT INTO queue (time, session, memory_id, score, receipt_uid, expires_at, tier) "
+                    "VALUES (?,?,?,?,?,?,?)", (r["time"], r["session"], v.memory_id, v.judge_score, r["uid"], expires, tier))
                 queued.append({"queue_id": cur.lastrowid, "memory_id": v.memory_id,
-                               "judge_score": v.judge_score})
+                               "judge_score": v.judge_score, "tier": tier})
             r["detail"]["queued"] = queued
             receipts.insert(conn, r)
             conn.execute("COMMIT")

@@ -329,7 +329,7 @@ class QueryServer:
         thread fuses (Job.answer)."""
         self.state["served_in_process"] += 1
         return Job(self, self._embedding(str(text)[:semantic.MAX_SENT_CHARS]), Scope(sc.project, sc.agent),
-                   max(1, min(100, int(limit))), float(floor))
+                   max(1, min(100, int(limit))), None if floor is None else float(floor))
 
     def prefetch(self, text: str) -> None:
         """Start a prompt's embedding as soon as its hook run arrives (recalld/daemon/hookserver.py),
@@ -371,14 +371,17 @@ class QueryServer:
         self._keep(text, vec)
         return vec, False
 
-    def fused(self, conn, q, lex: list, sc: Scope, limit: int, floor: float) -> dict:
+    def fused(self, conn, q, lex: list, sc: Scope, limit: int, floor: "float | None") -> dict:
         """Dense ranking for `sc`, cosines of the lexical candidates it left out, and the fusion."""
         with self.lock:
             dense = vectors.dense_search(conn, q, sc, DENSE_K, model=self.enc.model, index=self.index)
             got = {i for i, _ in dense}
             cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=self.enc.model,
                                   index=self.index)
-        return {"v": 1, "hits": [list(h) for h in fuse(lex, dense, floor, limit, cos=cos)],
+        hits = fuse(lex, dense, floor, limit, cos=cos)
+        known = {**cos, **dict(dense)}
+        return {"v": 1, "hits": [list(h) for h in hits],
+                "cos": {str(i): round(float(known[i]), 4) for i, _, _ in hits if i in known},
                 "order": [list(o) for o in order(lex, dense, floor, limit + DENSE_K, cos=cos)]}
 
     def handle(self, c, conn, enc) -> None:
@@ -411,7 +414,8 @@ class QueryServer:
         if not (isinstance(text, str) and isinstance(project, str) and isinstance(agent, str)):
             raise ValueError("q, project and agent must be strings")
         limit = max(1, min(100, int(req.get("limit", 15))))
-        floor = float(req.get("floor", 0.3))
+        floor = req.get("floor", 0.3)
+        floor = None if floor is None else float(floor)  # None: the whole fused order
         sc = Scope(project, agent)
         t0 = time.perf_counter()
         if self.enc is None:  # answer() called on its own (tests, the benchmark)

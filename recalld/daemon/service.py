@@ -11,6 +11,9 @@ Threads (all joined on shutdown; none outlives `Daemon.run`):
 - passer: runs one background pass at a time: need -> recalld.judge.judge.judge_need (on the
   judge worker, with a time limit) -> queue rows -> one receipt (recalld.daemon.passes).
 - judge worker: where judge_need runs, so a slow model never blocks the passer past its limit.
+- model workers (recalld/daemon/models.py): the judge's and the proposer's models run in child
+  processes, never in this one; a crash there fails the pass in flight (its receipt says so)
+  and the worker is restarted with backoff, or switched off after daemon.model_crash_limit.
 - turn worker: calls the turn-end hooks (the proposer plugs in there).
 - hook threads (`recalld-hook-N`, settings daemon.serve_hooks): run hook processes' hooks for
   them (recalld/daemon/hookserver.py); a hook process that finds none runs its hook itself.
@@ -41,6 +44,7 @@ from recalld.daemon import needs, passes, tailer
 from recalld.daemon.lock import InstanceLock
 from recalld.daemon.log import open_log
 from recalld.hook import autostart
+from recalld.model.errors import ModelFailed
 
 MAX_TURN_EVENTS = 2000
 STORE_CHECK_S = 2.0  # how often an idle loop checks that the store's file is still the one it opened
@@ -52,7 +56,7 @@ def _now() -> str:
 
 class Daemon:
     def __init__(self, cfg: "dict | None" = None, roots: "list | None" = None, log=None,
-                 judge_fn=None, turn_end_hooks: tuple = (), embedder=None):
+                 judge_fn=None, turn_end_hooks: tuple = (), embedder=None, models=None):
         self.cfg = cfg if cfg is not None else settings.load()
         d = self.cfg.get("daemon") or {}
         self.roots = [(Path(p), k) for p, k in (roots if roots is not None else tailer.default_roots(self.cfg))]
@@ -64,6 +68,7 @@ class Daemon:
         self.embedder = embedder
         self.log, self._log_file = (log, None) if log is not None else open_log()
         self._judge_fn = judge_fn  # tests and benchmarks may pass their own pipeline entry
+        self.models = models  # recalld.daemon.models.Models, made at start() when not given
         self.lock = InstanceLock()
         self.started_at: "str | None" = None
         self.passes = {"run": 0, "injected": 0, "nothing": 0, "error": 0, "timeout": 0, "skipped": 0,
@@ -116,6 +121,13 @@ class Daemon:
     def start(self) -> None:
         self.started_at = _now()
         self._started_mono = time.monotonic()
+        from recalld.daemon.models import Models
+        from recalld.model import runtime
+
+        if self.models is None:
+            self.models = Models(self.cfg, self.log, lambda kind, detail: self._event(kind, None, detail),
+                                 changed=self._touch)
+        runtime.use_provider(self.models)  # from here on no model loads in this process
         self._resolve_judge()
         self.judge_worker = passes.JudgeWorker()
         if (self.cfg.get("daemon") or {}).get("preload_model", True) and self.judge_status.get("available"):
@@ -170,7 +182,9 @@ class Daemon:
         try:
             from recalld.model import runtime
 
-            runtime.shutdown()
+            if self.models is not None:
+                self.models.shutdown()
+                runtime.use_provider(None)
         except Exception:
             pass
         self._event("stop", None, {"reason": getattr(self, "_stop_reason", "shutdown"), "threads_left": left})
@@ -347,7 +361,7 @@ class Daemon:
                 raise ValueError("no project: the transcript names no cwd")
             sc = passes.session_scope(conn, need, project)
             r["agent"] = sc.agent
-            limit = passes.time_limit(cfg, bool(self.judge_status.get("loaded")))
+            limit = passes.time_limit(cfg, self._model_warm())
             res = self._run_judge(need.query, sc, cfg, limit)
             passes.fill_from_result(r, res)
             if not getattr(res, "available", False):
@@ -357,7 +371,7 @@ class Daemon:
             else:
                 if not self.judge_status.get("loaded"):
                     self.judge_status.update(loaded=True, available=True, reason=None)
-                passed = list(res.passed)
+                passed = list(res.passed) + passes.middle_band(res, cfg)  # the band: queued as tells
                 queued_rows, already = passes.new_for_session(conn, need.session, passed)
                 r["detail"]["already_queued"] = already
                 r["outcome"] = "injected" if queued_rows else "nothing"
@@ -365,12 +379,21 @@ class Daemon:
                     r["error"] = str(res.error)[:300]
         except passes.PassTimeout as e:
             r["outcome"], r["error"] = "timeout", str(e)
+        except ModelFailed as e:  # the worker died or hung: this pass fails, the daemon goes on
+            r["outcome"], r["error"] = e.outcome, str(e)[:300]
+            r["detail"]["model_failure"] = dict(e.detail, need="not retried (docs/daemon.md)")
         except Exception as e:
             r["outcome"], r["error"] = "error", f"{type(e).__name__}: {str(e)[:200]}"
         r["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         where = passes.commit_pass(conn, r, queued_rows, cfg)
         self._count_pass(r, where)
         return r
+
+    def _model_warm(self) -> bool:
+        """Whether the judge's model worker is up (else a pass waits for its load too)."""
+        if self.models is None:
+            return bool(self.judge_status.get("loaded"))
+        return bool(self.judge_status.get("loaded")) and bool(self.models.loaded())
 
     def _run_judge(self, text: str, sc: scope.Scope, cfg: dict, limit: float):
         if self.judge_worker is None:  # run_pass called outside a started daemon (tests, bench)
@@ -517,6 +540,7 @@ class Daemon:
             "turns": dict(self.turns),
             "turn_end_hooks": [_name(f) for f in self.turn_end_hooks],
             "judge": dict(self.judge_status),
+            "models": self.models.snapshot() if self.models is not None else {},
             "embedder": self.embedder.snapshot() if self.embedder is not None else {"enabled": False},
             "query": self.query.snapshot() if getattr(self, "query", None) is not None else {"enabled": False},
             "hooks": self.hooks.snapshot() if getattr(self, "hooks", None) is not None else {"listening": False},

@@ -34,6 +34,13 @@ def status(conn: "sqlite3.Connection | None" = None, cfg: "dict | None" = None) 
         if snap:
             out["last_run"] = {k: snap.get(k) for k in ("started_at", "written_at", "passes", "last_error",
                                                         "store_reopened", "store")}
+        from recalld.daemon import lastrun, models
+
+        out["died"] = lastrun.died()
+        try:
+            out["models"] = models.role_report(cfg)
+        except Exception as e:
+            out["models"] = {"judge": {"state": "unknown", "reason": f"{type(e).__name__}: {e}"}}
         try:
             from recalld.model.resolve import resolve
 
@@ -42,6 +49,10 @@ def status(conn: "sqlite3.Connection | None" = None, cfg: "dict | None" = None) 
                             "reason": ch.reason, "loaded": False}
         except Exception as e:
             out["judge"] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
+    if running:
+        from recalld.daemon import lastrun
+
+        out["last_death"] = lastrun.last_death()
     out["autostart"] = bool((cfg.get("daemon") or {}).get("autostart"))
     out["log"] = str(log_path())
     own = conn is None

@@ -3,8 +3,7 @@
 Each agent's format (where its files live, what a record means) is its adapter's
 (recalld/agents/: claude_code, codex); this module reads files and lines and hands each
 decoded record to the adapter whose format the file is in. All formats are one JSON object
-per line (field names from ../shared/reference/agent-hooks.md and the real files in
-../shared/data/transcripts/).
+per line (field names from the agents' hook documentation and real transcripts they wrote).
 
 Parsing never raises for bad data: a line that is not a JSON object is "malformed", counted
 in the caller's ParseState and skipped. Records we have no use for (progress, snapshots,

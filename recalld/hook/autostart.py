@@ -3,7 +3,10 @@ the session-start hook calls this).
 
 The daemon holds an exclusive flock on RECALLD_HOME/daemon/daemon.lock for its whole life, so
 "running" is a question the kernel answers: the lock is held or it is not. A crashed daemon's
-lock is released with its process; there is no stale pid file to clean up.
+lock is released with its process. Its pid file stays (a clean stop removes it), which is how a
+death is told from a stop (recalld/daemon/lastrun.py says how it died): after a death,
+autostart starts the daemon again at most MAX_RESTARTS_AFTER_DEATH times an hour, so a daemon
+that dies at every start is not restarted into the same crash by every session.
 """
 
 import os
@@ -19,6 +22,7 @@ except ImportError:  # Windows: no flock; the daemon is POSIX-only for now
 
 # A spawn in the last few seconds is still starting up: do not start a second one.
 SPAWN_GRACE_S = 20.0
+MAX_RESTARTS_AFTER_DEATH = 3  # an hour
 
 
 def daemon_dir():
@@ -39,6 +43,35 @@ def status_path():
 
 def spawn_stamp_path():
     return os.path.join(daemon_dir(), "autostart.stamp")
+
+
+def spawns_path():
+    return os.path.join(daemon_dir(), "autostart.log")
+
+
+def dead_pid() -> "int | None":
+    """The pid a daemon left in its pid file when it died (no daemon holds the lock), else None."""
+    pid = _read_pid()
+    if pid is None or running_pid() is not None:
+        return None
+    return pid
+
+
+def _recent_spawns(now: float) -> int:
+    try:
+        with open(spawns_path(), "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            times = f.read().decode("ascii", "replace").split()
+    except OSError:
+        return 0
+    n = 0
+    for t in times:
+        try:
+            n += now - float(t) < 3600
+        except ValueError:
+            pass
+    return n
 
 
 def running_pid() -> "int | None":
@@ -91,7 +124,8 @@ def maybe_start(cfg: "dict | None") -> str:
     """Start the daemon when settings daemon.autostart is on and none is running.
 
     Returns what happened: "disabled", "running", "starting" (spawned moments ago),
-    "started", or "error: ...". Never raises.
+    "started", "not restarted: ..." (it died, and was started too often this hour), or
+    "error: ...". Never raises.
     """
     try:
         if not ((cfg or {}).get("daemon") or {}).get("autostart"):
@@ -106,9 +140,17 @@ def maybe_start(cfg: "dict | None") -> str:
                 return "starting"
         except OSError:
             pass
+        now = time.time()
+        if _read_pid() is not None:  # the last daemon died (a clean stop removes its pid file)
+            n = _recent_spawns(now)
+            if n >= MAX_RESTARTS_AFTER_DEATH:
+                return (f"not restarted: the daemon died, and autostart started it {n} times in the last hour "
+                        f"(`recalld daemon status` says how; `recalld daemon start` starts it anyway)")
         os.makedirs(os.path.dirname(stamp), exist_ok=True)
         with open(stamp, "w", encoding="ascii") as f:
-            f.write(str(time.time()))
+            f.write(str(now))
+        with open(spawns_path(), "a", encoding="ascii") as f:
+            f.write(f"{now:.0f}\n")
         spawn()
         return "started"
     except Exception as e:  # the hook must not notice

@@ -1,6 +1,6 @@
 """The crystal source of the hook: crystals bound to this act, in fair order (stdlib only).
 
-Order (seed 000): least served this session first, then longest unheard, then shortest.
+Order (fair scheduling, docs/crystals.md): least served this session first, then longest unheard, then shortest.
 "Served" means delivered whole or cut: a tell is a degradation, and counting it as a hearing
 would let the short crystals that always fit keep a long one behind them forever. Counts and
 last-heard times come from the append-only `served` table (migration 1), so they never move

@@ -1,6 +1,6 @@
 """Agent hook payloads -> one normalized HookInput (standard library only).
 
-Field names follow ../shared/reference/agent-hooks.md (Claude Code, Codex, Gemini CLI, git);
+Field names follow each agent's hook documentation (Claude Code, Codex, Gemini CLI, git);
 the tests feed documented payloads, not shapes this module happens to expect. Which agent sent
 a payload, what it calls the event, and which tool names are which act: the adapters in
 recalld/agents/ say.

@@ -17,6 +17,7 @@ import _sqlite3 as sqlite3
 from recalld import agents
 from recalld.core import db, jsonio, pack, paths, receipts, scope, settings
 from recalld.hook import MAX_INPUT, payloads
+from recalld.hook.memory_source import memory_items, tell_item
 
 # Everything between HEADER and FOOTER is stored text passed through fence.as_data, so no
 # line of it can end this block or pose as a harness tag or turn; the header says what it is.
@@ -63,49 +64,6 @@ class Ctx:
 # Each returns packer Items in its own order. The hook concatenates them in SOURCE_ORDER.
 
 
-def memory_items(ctx: Ctx) -> list:
-    """Pre-step recall: the best few current memories above the floor."""
-    if ctx.hi.act != "prompt" or not ctx.hi.text.strip():
-        return []
-    from recalld.core.search import search  # after the test: only prompts search
-    cfg = ctx.cfg
-    asked = None
-    if cfg.get("semantic_wait_ms"):  # off by default: then the module is not even imported
-        from recalld.hook import semantic  # asked first: the daemon embeds while this searches
-        asked = semantic.start(ctx, int(cfg["max_results"]) * 3, float(cfg["floor"]))
-    hits = search(ctx.conn, ctx.hi.text, ctx.scope, limit=int(cfg["max_results"]) * 3, floor=0.0)
-    above = [h for h in hits if h.score >= float(cfg["floor"])]
-    if asked is not None:  # the daemon's fused ranking, or (down, slow, broken) the lexical one
-        above = semantic.ranked(ctx, asked, above, hits)
-    seen = in_context(ctx, [f"m:{h.id}" for h in above])
-    if seen:  # already in this session's context: never the same memory twice
-        ctx.detail["in_context"] = sorted(seen)
-        above = [h for h in above if f"m:{h.id}" not in seen]
-    above = above[: int(cfg["max_results"])]
-    ctx.receipt["candidates"] += len(hits)
-    ctx.receipt["above_floor"] += len(above)
-    ctx.detail["scores"] = [round(h.score, 3) for h in above]
-    return [pack.Item(key=f"m:{h.id}", source="memory", label=f"m{h.id} {h.kind}", body=h.text,
-                      tell=h.tell) for h in above]
-
-
-def in_context(ctx: Ctx, keys: list) -> set:
-    """The keys delivered (whole or cut) to this agent in this session since the session's
-    latest start: they are in its context already. A subagent has a context of its own (its
-    receipts name it), and a session start after compaction starts over."""
-    if not ctx.hi.session or not keys:
-        return set()
-    conn, session = ctx.conn, ctx.hi.session
-    boot = conn.execute("SELECT time FROM receipts WHERE session = ? AND hook = 'session-start' "
-                        "AND source = 'hook' ORDER BY id DESC LIMIT 1", (session,)).fetchone()
-    rows = conn.execute(
-        f"SELECT DISTINCT s.item FROM served s JOIN receipts r ON r.uid = s.receipt_uid "
-        f"WHERE s.session = ? AND s.outcome IN ('whole', 'cut') AND s.time >= ? AND r.agent IS ? "
-        f"AND s.item IN ({','.join('?' * len(keys))})",
-        [session, boot[0] if boot else "", ctx.receipt.get("agent"), *keys]).fetchall()
-    return {r[0] for r in rows}
-
-
 def always_items(ctx: Ctx) -> list:
     """Boot: the always-loaded set (house style, preferences)."""
     if ctx.hi.act != "boot":
@@ -130,7 +88,7 @@ def queue_items(ctx: Ctx) -> list:
     # What this run's own scope sees, whatever the daemon judged: one resolver decides.
     where, params = ctx.scope.where("m")
     rows = ctx.conn.execute(
-        f"""SELECT q.id AS qid, q.time, m.id, m.kind, m.text, m.tell
+        f"""SELECT q.id AS qid, q.time, q.tier, m.id, m.kind, m.text, m.tell
            FROM queue q JOIN memories m ON m.id = q.memory_id
            WHERE q.session = ? AND {where}
              AND NOT EXISTS (SELECT 1 FROM queue_delivered d WHERE d.queue_id = q.id)
@@ -141,8 +99,10 @@ def queue_items(ctx: Ctx) -> list:
         (ctx.hi.session, *params, now, steps)).fetchall()
     ctx.receipt["candidates"] += len(rows)
     ctx.receipt["above_floor"] += len(rows)
-    return [pack.Item(key=f"q:{r['qid']}", source="queue", label=f"m{r['id']} {r['kind']} · judged",
-                      body=r["text"], tell=r["tell"], meta={"qid": r["qid"], "memory_id": r["id"]})
+    # The judge's middle band (recalld/daemon/passes.py) was queued as tells: one line each.
+    return [tell_item(f"q:{r['qid']}", r["id"], r["text"], r["tell"], {"qid": r["qid"]}) if r["tier"] == "tell"
+            else pack.Item(key=f"q:{r['qid']}", source="queue", label=f"m{r['id']} {r['kind']} · judged",
+                           body=r["text"], tell=r["tell"], meta={"qid": r["qid"], "memory_id": r["id"]})
             for r in rows]
 
 
@@ -448,7 +408,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
         return "", ctx.after_commit
     packed = pack.pack(items, budget_for(hi, cfg), int(cfg["item_cap_chars"]))
     _fill(r, packed)
-    r["outcome"] = "injected" if packed.delivered else "nothing"
+    r["outcome"] = "injected" if packed.shown else "nothing"
     out = render_output(hi, packed.text())
     ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
     return out, ctx.after_commit
@@ -464,6 +424,9 @@ def _fill(r: dict, packed) -> None:
     r["cut_chars"] = c["cut_chars"]
     r["withheld_chars"] = c["withheld_chars"]
     r["detail"]["packed"] = packed.accounting()
+    if packed.told:  # shown as one line each, counted apart from what was delivered
+        r["detail"]["told"] = [f"m:{p.item.meta['memory_id']}" for p in packed.told]
+        r["detail"]["told_chars"] = c["told_chars"]
 
 
 def _hold(ctx: Ctx, holds: list) -> "tuple | None":
@@ -490,11 +453,11 @@ def _record_delivery(conn: sqlite3.Connection, hi: payloads.HookInput, r: dict, 
     if not hi.session:
         return
     now = r["time"]
-    served = [(now, hi.session, p.item.key, p.outcome, r["uid"]) for p in packed.delivered]
+    served = [(now, hi.session, p.item.key, p.outcome, r["uid"]) for p in packed.shown]
     if served:
         conn.executemany("INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)", served)
     queued = [(now, p.item.meta["qid"], hi.session, r["uid"], p.outcome)
-              for p in packed.delivered if p.item.source == "queue"]
+              for p in packed.shown if p.item.source == "queue"]
     if queued:
         conn.executemany(
             "INSERT OR IGNORE INTO queue_delivered (time, queue_id, session, receipt_uid, outcome) VALUES (?,?,?,?,?)",

@@ -5,8 +5,8 @@ The daemon (recalld/daemon/query.py) listens on a Unix socket, RECALLD_HOME/run/
 in a directory only the user can enter, the socket itself mode 0600; there is no TCP port. The
 hook sends one JSON line, the prompt and the scope it resolved, before its own lexical search,
 so the daemon embeds while the hook searches; then it waits at most `semantic_wait_ms` (and
-never past its own deadline) for one JSON line back: memory ids, fused scores, and which
-ranking found each. The ids are read back through the hook's own scope filter, so even a
+never past its own deadline) for one JSON line back: memory ids, fused scores, which ranking
+found each, and their cosines (a request without a floor gets the whole fused order). The ids are read back through the hook's own scope filter, so even a
 confused daemon cannot put another project's memory into this context.
 
 Whatever goes wrong, the hook keeps its own lexical result and the receipt says why
@@ -49,10 +49,11 @@ class Asked:
     """A question on its way: the connected socket (None once it failed), or the in-process
     job, and its status."""
 
-    __slots__ = ("sock", "status", "t0", "job")
+    __slots__ = ("sock", "status", "t0", "job", "cos")
 
     def __init__(self, sock, status: str, t0: float, job=None):
         self.sock, self.status, self.t0, self.job = sock, status, t0, job
+        self.cos: dict = {}  # memory id -> the query's cosine, as the daemon measured it
 
 
 class Found:
@@ -87,7 +88,7 @@ def ask(text: str, sc, limit: int, floor: float, wait_s: float, now: float) -> A
         s.settimeout(max(0.001, wait_s))
         s.connect(socket_path())
         req = {"v": 1, "q": text[:MAX_SENT_CHARS], "project": sc.project, "agent": sc.agent,
-               "limit": int(limit), "floor": float(floor)}
+               "limit": int(limit), "floor": None if floor is None else float(floor)}
         s.sendall(jsonio.dumps(req, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
     except (TimeoutError, BlockingIOError):  # BlockingIOError: its backlog is full, it is busy
         s.close()
@@ -144,6 +145,7 @@ def _parsed(asked: Asked, data) -> "tuple | None":
     from an answer, or None (status "error") when it is not well formed."""
     try:
         out = [(int(i), float(sc), str(via)) for i, sc, via in data["hits"]]
+        asked.cos = {int(k): float(v) for k, v in (data.get("cos") or {}).items()}
         order = [(int(i), float(k), None if lx is None else float(lx), None if c is None else float(c),
                   str(via), bool(inj)) for i, k, lx, c, via, inj in data.get("order") or ()]
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -185,8 +187,9 @@ def read_back_order(conn, sc, order: list) -> list:
 # --- the hook's two calls (recalld/hook/run.py's memory_items) -------------------------------
 
 
-def start(ctx, limit: int, floor: float) -> "Asked | None":
-    """Ask before the lexical search; None when the channel is off (`semantic_wait_ms` 0)."""
+def start(ctx, limit: int, floor: "float | None") -> "Asked | None":
+    """Ask before the lexical search; None when the channel is off (`semantic_wait_ms` 0).
+    `floor` None: the whole fused order, every candidate, with the cosines (`asked.cos`)."""
     import time
 
     wait_ms = int(ctx.cfg.get("semantic_wait_ms") or 0)

@@ -164,7 +164,7 @@ def _jsonable(v):
         return str(v)
 
 
-def report(cwd=None, command=None, run_hook: bool = True) -> dict:
+def report(cwd=None, command=None, run_hook: bool = True, probe_models: bool = True) -> dict:
     cwd = str(Path(cwd or os.getcwd()).resolve())
     prefix = entries.parse_command(command)
     out = {"version": __version__, "python": sys.executable, "command": prefix,
@@ -177,6 +177,7 @@ def report(cwd=None, command=None, run_hook: bool = True) -> dict:
     out["hook_run"] = time_hook(prefix, cwd) if run_hook else None
     out["state"] = state()
     out["models"] = models()
+    out["model_probe"] = model_probe() if probe_models else None
     out["daemon"] = daemon()
     out["bytecode"] = bytecode()
     out["crystals"] = crystal_trust(cwd)
@@ -184,11 +185,12 @@ def report(cwd=None, command=None, run_hook: bool = True) -> dict:
 
 
 def crystal_trust(cwd: str) -> "dict | None":
-    """The project's crystal folder and whether the hook may deliver it (crystal_trust.trust_summary)."""
+    """The project's crystal folder and whether the hook may deliver it (crystal_admin.trust_summary)."""
     try:
-        from recalld.core import crystal_trust, scope
+        from recalld import crystal_admin
+        from recalld.core import scope
 
-        return crystal_trust.trust_summary(scope.resolve_project(cwd))
+        return crystal_admin.trust_summary(scope.resolve_project(cwd))
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -242,6 +244,20 @@ def models() -> dict:
     return optional_module("model.resolve", ("status",))
 
 
+def model_probe() -> dict:
+    """Each GGUF role's model loaded in a child process with a time limit, plus one tiny call
+    (recalld.model.faults.probe): works, crashes (and with what, and the fix), hangs, fails."""
+    if not _has("model.faults"):
+        return {"available": False}
+    try:
+        from recalld.core import settings
+
+        faults = importlib.import_module("recalld.model.faults")
+        return {"available": True, "status": faults.probe_roles(settings.load())}
+    except Exception as e:
+        return {"available": True, "error": f"{type(e).__name__}: {e}"}
+
+
 def daemon() -> dict:
     """Is the daemon running (the kernel's flock says), is autostart on, its last status."""
     if not _has("hook.autostart"):
@@ -257,6 +273,9 @@ def daemon() -> dict:
             st["last_status"] = json.loads(Path(autostart.status_path()).read_text(encoding="utf-8"))
         except (OSError, ValueError, AttributeError):
             st["last_status"] = None
+        if _has("daemon.lastrun"):  # how the last run ended, and each role's model worker
+            st["died"] = importlib.import_module("recalld.daemon.lastrun").last_death()
+            st["model_workers"] = importlib.import_module("recalld.daemon.models").role_report(settings.load())
         return {"available": True, "status": st}
     except Exception as e:
         return {"available": True, "error": f"{type(e).__name__}: {e}"}

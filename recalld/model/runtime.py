@@ -7,7 +7,10 @@ time limit and get `LLMTimeout`, and the work itself checks the same deadline be
 and tokens, so an abandoned call stops early instead of holding the model. Output is
 deterministic: greedy decoding (temperature 0), fixed seed.
 
-llama_cpp is imported only when a model is loaded (never on the hook's path).
+llama_cpp is imported only when a model is loaded (never on the hook's path). A process that
+runs its models in worker processes (the daemon: recalld.daemon.models) installs a provider with
+`use_provider`; from then on `require_runtime` answers from the provider and this process never
+loads a model itself, so no native fault in one can end it.
 """
 
 import importlib.util
@@ -129,6 +132,8 @@ class Runtime:
         self.load_ms = (time.perf_counter() - t0) * 1000
 
     def _load(self, n_ctx, n_threads, seed):
+        if _PROVIDER is not None:
+            raise LLMError("this process runs its models in worker processes; it never loads one itself")
         import llama_cpp
         from llama_cpp import Llama
 
@@ -338,10 +343,19 @@ class Runtime:
 _RUNTIMES: dict = {}  # realpath -> Runtime
 _FAILED: dict = {}  # (realpath, size, mtime) -> error message, so a broken file is not reloaded every pass
 _LOAD_LOCK = threading.Lock()
+_PROVIDER = None  # what runs this process's models elsewhere (recalld.daemon.models.Models)
+
+
+def use_provider(provider) -> None:
+    """Route require_runtime and loaded() to `provider` (None: back to loading in-process)."""
+    global _PROVIDER
+    _PROVIDER = provider
 
 
 def require_runtime(role: str = "judge", cfg: "dict | None" = None) -> Runtime:
     """The loaded runtime for `role`, loading it on first use; raises Unavailable with the reason."""
+    if _PROVIDER is not None:
+        return _PROVIDER.runtime(role, cfg)
     choice = resolve(role, cfg)
     if not choice.available:
         raise Unavailable(choice.reason)
@@ -366,6 +380,8 @@ def require_runtime(role: str = "judge", cfg: "dict | None" = None) -> Runtime:
 
 
 def loaded() -> list:
+    if _PROVIDER is not None:
+        return _PROVIDER.loaded()
     return list(_RUNTIMES.values())
 
 

@@ -59,7 +59,7 @@ class ClaudeCode(Client):
                "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"}
         # As root --dangerously-skip-permissions is refused; --allowedTools lets the calls run.
         argv = [self.executable(), "-p", prompt, "--output-format", "json",
-                "--allowedTools", "Bash,Write,Edit,mcp__recalld__search"]
+                "--allowedTools", "Bash,Write,Edit,mcp__recalld__search,mcp__recalld__show"]
         return argv, env
 
     def shell(self, command):

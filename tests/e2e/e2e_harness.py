@@ -162,7 +162,7 @@ class Scratch:
     def install(self, agent: str) -> Run:
         # The README's `recalld install AGENT --user`; --no-daemon because these tests check the
         # hooks and MCP, and a daemon the session-start hook spawned would outlive the test.
-        return self.recalld("install", agent, "--user", "--no-daemon")
+        return self.recalld("install", agent, "--user", "--no-daemon", "--no-model-probe")
 
     def stop_daemon(self) -> None:
         """Stops a daemon the session-start hook may have spawned (only when autostart is on:

@@ -264,7 +264,7 @@ def test_doctor_says_installed_and_active(as_installed):
     """`recalld doctor` on the scratch user after the README's install: the client's hooks and
     server are there, and the client will run them (Codex: trusted; Gemini CLI: folder trusted)."""
     sc, client = as_installed.sc, as_installed.client
-    rep = json.loads(sc.recalld("doctor", "--json", "--no-hook-run", "--cwd", sc.project).stdout)
+    rep = json.loads(sc.recalld("doctor", "--json", "--no-hook-run", "--no-model-probe", "--cwd", sc.project).stdout)
     mine = next(a for a in rep["agents"] if a["agent"] == client.install_as and a["scope"] == "user")
     assert mine["installed"] and mine["complete"] and mine["mcp"], mine
     assert mine["active"] is True and mine["problems"] == [], mine

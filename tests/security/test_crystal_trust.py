@@ -159,9 +159,9 @@ def test_list_lint_show_test_and_doctor_say_untrusted_with_the_command(home, clo
     p = cli(home, "crystals", "test", "--act", "bash", "deploy", "--cwd", str(cloned), "--json")
     res = json.loads(p.stdout)
     assert res["placed"] == [] and res["crystals"]["untrusted"] == 1
-    p = cli(home, "doctor", "--no-hook-run", "--cwd", str(cloned))
+    p = cli(home, "doctor", "--no-hook-run", "--no-model-probe", "--cwd", str(cloned))
     assert p.returncode == 0 and b"crystals: UNTRUSTED" in p.stdout and command.encode() in p.stdout
-    p = cli(home, "doctor", "--no-hook-run", "--cwd", str(cloned), "--json")
+    p = cli(home, "doctor", "--no-hook-run", "--no-model-probe", "--cwd", str(cloned), "--json")
     assert json.loads(p.stdout)["crystals"]["state"] == "untrusted"
 
 

@@ -18,7 +18,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from recalld import mcp, store
+from recalld import store
+from recalld.mcp import tools as mcp
 from recalld.capture import policies, proposals
 from recalld.cli.main import cli
 from recalld.core import db, drafts, receipts, scope
@@ -305,7 +306,7 @@ def test_mcp_history_retract_supersedes_check_visibility(world, start, who):
     assert count_memories() == before
 
 
-def test_mcp_proposals_of_another_project_do_not_exist(world):
+def draft_in_x(world) -> int:
     conn = db.connect()
     r = receipts.new("proposer", "test")
     draft = policies.Draft(kind="fact", text="kumquat drafts in project X are X's text.", why="t", confidence=0.9)
@@ -313,6 +314,36 @@ def test_mcp_proposals_of_another_project_do_not_exist(world):
                              window_chars=10, drafts=[draft], project=world["projects"]["x"], agent="main",
                              model="test")
     conn.close()
+    return pid
+
+
+def test_every_mcp_tool_goes_through_the_servers_scope(world):
+    """Each tool in TOOLS asks the one scope check (the server's binding) before it reads or
+    writes anything: called outside a server, every one refuses and nothing changes. A tool
+    added to TOOLS that reads the store without it fails here."""
+    pid, mid = draft_in_x(world), world["ids"]["walrus"]
+    args = {"search": {"query": "kumquat"}, "show": {"memory_id": mid},
+            "remember": {"text": "kumquat probe note", "supersedes": [mid]},
+            "history": {"memory_id": mid}, "retract": {"memory_id": mid, "why": "probe"},
+            "proposals_list": {"state": "all"}, "proposals_show": {"proposal_id": str(pid)},
+            "proposals_approve": {"proposal_id": str(pid)},
+            "proposals_edit": {"proposal_id": str(pid), "text": "kumquat rewritten outside"},
+            "proposals_reject": {"proposal_id": str(pid), "reason": "probe"}}
+    assert sorted(args) == sorted(fn.__name__ for fn in mcp.TOOLS), "a new tool needs its probe here"
+    before = count_memories()
+    conn = db.connect()
+    try:
+        for fn in mcp.TOOLS:
+            with pytest.raises(store.StoreError, match="no server scope"):
+                fn(conn, **args[fn.__name__])
+        assert proposals.get(conn, pid)["state"] == "pending"
+    finally:
+        conn.close()
+    assert count_memories() == before and current(mid)
+
+
+def test_mcp_proposals_of_another_project_do_not_exist(world):
+    pid = draft_in_x(world)
     y = mcp.build(root=world["dirs"]["y"], env={})
     assert call(y, "proposals_list", {"state": "all"}) == []
     with pytest.raises(Refused, match="not in this server's project"):

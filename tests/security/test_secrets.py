@@ -18,7 +18,8 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from recalld import mcp, store
+from recalld import store
+from recalld.mcp import tools as mcp
 from recalld.capture import policies, proposals
 from recalld.cli.main import cli
 from recalld.core import db, drafts, receipts, scope

@@ -1,0 +1,387 @@
+"""Two tiers of delivery: what reaches the agent whole, what as a one-line tell, and what a
+prompt costs, with the semantic channel on and off; the tier constants fitted and validated
+leaving one coding project out.
+
+    python3 -m recalld.bench.tells [--json]
+
+The sets: the six coding projects of recalld/bench/data/ (coding_needs.json with
+semantic_needs.json's prompts over the same three projects, and tells_needs.json's three), each
+its own scope. Styles: `paraphrased`, `lexical`, `unanswerable`, `judge-set` (coding_needs.json's
+answerable mid-task needs), and `unrelated` (every answerable need asked in the next project's
+scope, where nothing answers it).
+
+Per need, the candidates are those the hook weighs: the lexical search's (floor 0, three times
+max_results) and, semantic on, the daemon's fused order (recalld.daemon.query.fuse, the whole
+order with its cosines, as the daemon answers it). recalld.core.tiers.choose, the hook's own
+function, sorts them into whole and told; the figures count what the packer would place (a
+whole memory's rendered line and a tell's line, with their separators: the receipt's
+delivered_chars plus told_chars, the frame not counted). With the semantic channel off the
+same decision runs on the lexical candidates alone, and is checked against the hook's own
+memory_items on every need.
+
+The fit: a grid over the floor (whole), tells.floor, tells.min_cos and tells.max. A setting is
+admissible on the groups it is fitted on when, semantic on and off alike, every lexical need
+reaches the agent (whole or told) and a prompt with no answer (unanswerable, unrelated: each
+on its own) costs at most NO_ANSWER_CHARS on average; of those, the best paraphrased reach
+(semantic on) wins, then the judge set's, then lexical needs delivered whole, then paraphrased
+and judge-set needs delivered whole, then the fewest characters on prompts without an answer. Validated leave-one-project-out: each project's needs
+are scored by the setting fitted on the other five, and the shipped setting is reported beside.
+
+The judge's middle band (tells.judge_floor) is fitted by `judge_band` on rows of
+recalld.bench.fit_judge's `collect` (not run here: it needs the judge model for minutes):
+    python3 -m recalld.bench.tells --judge-rows ROWS.json [ROWS2.json ...]
+"""
+
+import itertools
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from recalld.bench.common import Unavailable
+
+DATA = Path(__file__).resolve().parent / "data"
+SETS = ("coding_needs.json", "tells_needs.json")
+NO_ANSWER_CHARS = 200
+MAX_WHOLE = 5
+GRID = {"floor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7),
+        "tell_floor": (0.1, 0.15, 0.2, 0.25, 0.3, 1.01),
+        "min_cos": (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 1.01),
+        "max": (1, 2, 3, 4)}
+QUIET = ("unanswerable", "unrelated")
+
+
+def shipped() -> dict:
+    from recalld.core import settings
+
+    t = settings.DEFAULTS["tells"]
+    return {"floor": settings.DEFAULTS["floor"], "tell_floor": t["floor"], "min_cos": t["min_cos"], "max": t["max"]}
+
+
+def tier_config(p: dict) -> dict:
+    return {"floor": p["floor"], "whole": True, "max": p["max"], "tell_floor": p["tell_floor"],
+            "min_cos": p["min_cos"], "max_whole": MAX_WHOLE}
+
+
+# --- collecting the candidates ---------------------------------------------------------------
+
+
+def load_sets() -> list:
+    """[(project dict, [(style, need, expected keys)])] for every coding project."""
+    out = []
+    extra = json.loads((DATA / "semantic_needs.json").read_text(encoding="utf-8"))["needs"]
+    for name in SETS:
+        for p in json.loads((DATA / name).read_text(encoding="utf-8"))["projects"]:
+            needs = [(n.get("style") or ("judge-set" if n["expected"] else "unanswerable"), n["need"], n["expected"])
+                     for n in p["needs"]]
+            needs += [(n["style"], n["need"], n["expected"]) for n in extra if n["project"] == p["name"]]
+            out.append((p, needs))
+    return out
+
+
+class Row:
+    """One need in one scope: its candidates semantic on and off, each (id, coverage, cosine,
+    whole chars, tell chars, project)."""
+
+    __slots__ = ("group", "style", "expected", "on", "off", "text", "project")
+
+    def __init__(self, group, style, expected, on, off, text, project):
+        self.group, self.style, self.expected, self.on, self.off = group, style, expected, on, off
+        self.text, self.project = text, project
+
+
+def collect(enc, tmp: Path) -> tuple:
+    """(rows, the store, the projects): every need of every project, asked in its own scope
+    and, when answerable, in the next project's (`unrelated`)."""
+    from recalld import store
+    from recalld.bench.semantic import Lex
+    from recalld.core import db, pack, tiers
+    from recalld.core.scope import Scope
+    from recalld.core.search import search
+    from recalld.daemon.query import DENSE_K, fuse
+    from recalld.model import vectors
+
+    sets = load_sets()
+    conn = db.connect(tmp / "tells.db")
+    conn.execute("PRAGMA synchronous = OFF")
+    projs = {}
+    for p, needs in sets:
+        sc = Scope(p["project"], "main")
+        lines = [json.dumps({"text": m["text"], "kind": m["kind"], **({"tell": m["tell"]} if m.get("tell") else {})})
+                 for m in p["memories"]]
+        res = store.import_jsonl(conn, lines, sc, source="bench")
+        projs[p["name"]] = (sc, {m["key"]: r.memory["id"] for m, r in zip(p["memories"], res)}, needs)
+    vectors.embed_pending(conn, enc)
+    mems = {r[0]: (r[1], r[2], r[3], r[4]) for r in conn.execute("SELECT id, kind, text, tell, project FROM memories")}
+
+    def lengths(mid):
+        kind, text, tell, _ = mems[mid]
+        whole = pack.Item(f"m:{mid}", "memory", f"m{mid} {kind}", text, tell).render()
+        label = f"m{mid} tell"
+        told = pack.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell)).render()
+        return min(len(whole), 2000) + 1, len(told) + 1
+
+    def cands(text, sc, q):
+        hits = search(conn, text, sc, limit=MAX_WHOLE * 3, floor=0.0)
+        lex = [Lex(h.id, h.score, h.rank) for h in hits]
+        dense = vectors.dense_search(conn, q, sc, DENSE_K, model=enc.model)
+        got = {i for i, _ in dense}
+        cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=enc.model)
+        known = {**cos, **dict(dense)}
+        cov = {h.id: h.score for h in hits}
+        on = [(i, cov.get(i, 0.0), known.get(i), *lengths(i), mems[i][3])
+              for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3, cos=cos)]
+        off = [(h.id, h.score, None, *lengths(h.id), mems[h.id][3]) for h in hits]
+        return on, off
+
+    names = list(projs)
+    rows = []
+    for g, (sc, key2id, needs) in projs.items():
+        other = projs[names[(names.index(g) + 1) % len(names)]][0]
+        for style, text, exp in needs:
+            q = enc.embed_one(text)
+            on, off = cands(text, sc, q)
+            rows.append(Row(g, style, {key2id[k] for k in exp}, on, off, text, sc.project))
+            if exp:
+                on, off = cands(text, other, q)
+                rows.append(Row(g, "unrelated", set(), on, off, text, other.project))
+    return rows, conn, projs
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+
+def decide(cs: list, p: dict) -> tuple:
+    """(whole ids, told ids, characters) for one need's candidates: recalld.core.tiers.choose."""
+    from recalld.core import tiers
+
+    objs = [tiers.Cand(c[0], "", "", None, c[1], c[2], "") for c in cs]
+    whole, told = tiers.choose(objs, tier_config(p))
+    by = {c[0]: c for c in cs}
+    chars = sum(by[c.id][3] for c in whole) + sum(by[c.id][4] for c in told)
+    return [c.id for c in whole], [c.id for c in told], chars
+
+
+def measure(rows: list, p: dict, mode: str = "on") -> dict:
+    """{style: figures} for `mode` ("on": semantic channel on, "off": lexical only), and the
+    characters per prompt with an answer and without one."""
+    acc: dict = {}
+    for r in rows:
+        cs = getattr(r, mode)
+        whole, told, chars = decide(cs, p)
+        proj = {x[0]: x[5] for x in cs}
+        a = acc.setdefault(r.style, [0, 0, 0, 0, 0])  # n, whole, told, chars, other project
+        a[0] += 1
+        a[3] += chars
+        a[4] += sum(proj[i] != r.project for i in whole + told)
+        if r.expected & set(whole):
+            a[1] += 1
+        elif r.expected & set(told):
+            a[2] += 1
+    out = {}
+    for st, (n, w, t, chars, others) in sorted(acc.items()):
+        fig = {"n": n, "chars_per_prompt": round(chars / n, 1), "other_project": others}
+        if st not in QUIET:
+            fig.update({"reached": round((w + t) / n, 3), "reached_whole": round(w / n, 3),
+                        "reached_told": round(t / n, 3)})
+        out[st] = fig
+    for name, sts in (("with_answer_chars", [s for s in acc if s not in QUIET]), ("no_answer_chars", [s for s in acc if s in QUIET])):
+        n = sum(acc[s][0] for s in sts)
+        if n:
+            out[name] = round(sum(acc[s][3] for s in sts) / n, 1)
+    return out
+
+
+def admissible(m_on: dict, m_off: dict) -> bool:
+    for m in (m_on, m_off):
+        if "lexical" in m and m["lexical"]["reached"] < 1.0:
+            return False
+        if any(st in m and m[st]["chars_per_prompt"] > NO_ANSWER_CHARS for st in QUIET):
+            return False
+    return True
+
+
+def fit(rows: list) -> "tuple[dict | None, dict | None]":
+    best, best_key = None, None
+    for vals in itertools.product(*GRID.values()):
+        p = dict(zip(GRID, vals))
+        on, off = measure(rows, p, "on"), measure(rows, p, "off")
+        if not admissible(on, off):
+            continue
+        whole = sum(on.get(st, {}).get("reached_whole", 0) for st in ("judge-set", "paraphrased"))
+        key = (on.get("paraphrased", {}).get("reached", 0), on.get("judge-set", {}).get("reached", 0),
+               on.get("lexical", {}).get("reached_whole", 0), whole, -on.get("no_answer_chars", 0))
+        if best_key is None or key > best_key:
+            best, best_key = (p, {"on": on, "off": off}), key
+    return best if best else (None, None)
+
+
+def validate(rows: list) -> dict:
+    """Leave one project out: each project's needs decided by the setting fitted on the rest;
+    the pooled held-out figures count every need once, by the fold that left it out."""
+    groups = sorted({r.group for r in rows})
+    folds, held = [], {"on": [], "off": []}
+    for g in groups:
+        p, _ = fit([r for r in rows if r.group != g])
+        test = [r for r in rows if r.group == g]
+        folds.append({"held_out": g, "fitted": p,
+                      "held_out_figures": {m: measure(test, p, m) for m in ("on", "off")} if p else None,
+                      "shipped_on_held_out": {m: measure(test, shipped(), m) for m in ("on", "off")}})
+        if p:
+            for m in ("on", "off"):
+                held[m] += [(r, p) for r in test]
+    pooled = {}
+    for m in ("on", "off"):
+        pooled[m] = _pooled(held[m], m)
+    return {"folds": folds, "pooled_held_out": pooled}
+
+
+def _pooled(pairs: list, mode: str) -> dict:
+    """measure() over needs each decided by its own fold's setting."""
+    out = {}
+    for st in sorted({r.style for r, _ in pairs}):
+        ps = [(r, p) for r, p in pairs if r.style == st]
+        parts = [measure([r], p, mode)[st] for r, p in ps]
+        n = len(ps)
+        fig = {"n": n, "chars_per_prompt": round(sum(x["chars_per_prompt"] for x in parts) / n, 1),
+               "other_project": sum(x["other_project"] for x in parts)}
+        if st not in QUIET:
+            for k in ("reached", "reached_whole", "reached_told"):
+                fig[k] = round(sum(x[k] for x in parts) / n, 3)
+        out[st] = fig
+    for name, quiet in (("with_answer_chars", False), ("no_answer_chars", True)):
+        sts = [st for st, v in out.items() if isinstance(v, dict) and (st in QUIET) == quiet]
+        n = sum(out[st]["n"] for st in sts)
+        if n:
+            out[name] = round(sum(out[st]["chars_per_prompt"] * out[st]["n"] for st in sts) / n, 1)
+    return out
+
+
+def hook_agrees(rows: list, conn, projs: dict) -> dict:
+    """The semantic-off decision here against the hook's own memory_items (shipped settings,
+    through a hook context on the same store), need by need."""
+    from recalld.bench import locomo
+    from recalld.core import settings
+
+    cfg = {**settings.DEFAULTS, "semantic_wait_ms": 0}
+    scopes = {sc.project: sc for sc, _, _ in projs.values()}
+    same = differ = 0
+    for r in rows:
+        items = locomo.prestep_items(conn, r.text, scopes[r.project], cfg)
+        got = ([int(i.key[2:]) for i in items if i.meta.get("tier") != "tell"],
+               [int(i.key[2:]) for i in items if i.meta.get("tier") == "tell"])
+        whole, told, _ = decide(r.off, shipped())
+        if got == (whole, told):
+            same += 1
+        else:
+            differ += 1
+    return {"same": same, "differ": differ}
+
+
+# --- the judge's middle band --------------------------------------------------------------------
+
+
+def judge_band(rows: list, threshold: "float | None" = None) -> dict:
+    """tells.judge_floor, leave-one-project-out on fit_judge rows: every need is scored by the
+    judge models fitted without its group (fit_judge.logo); up to tells.max candidates below the
+    threshold and at or above the band's floor are told. The band's floor is the lowest of the
+    grid at which, on the groups fitted on, a need nothing answers costs at most what a prompt
+    without an answer may (NO_ANSWER_CHARS, about 110 characters a tell line)."""
+    from recalld.bench import fit_judge
+    from recalld.core import settings
+    from recalld.judge import calibrated
+
+    threshold = float(settings.DEFAULTS["judge"]["threshold"] if threshold is None else threshold)
+    n_tells = int(settings.DEFAULTS["tells"]["max"])
+    per_group = fit_judge.logo(rows)
+    scored = []
+    for r in rows:
+        models = per_group[r["group"]]
+        cands = fit_judge._described(r, True, True, calibrated.LM_TOP, models)
+        ps = calibrated.probabilities(cands, True, True, models, r.get("need", ""))
+        scored.append((r, [(p, c["good"]) for p, c in zip(ps, cands) if p is not None]))
+    floors = [round(0.05 * i, 2) for i in range(1, int(threshold / 0.05) + 1)] + [1.01]
+
+    def figs(sub, low):
+        ans = [x for x in sub if x[0]["answerable"]]
+        quiet = [x for x in sub if not x[0]["answerable"]]
+        passed = told = tells_quiet = lines = right = 0
+        for r, ps in ans:
+            top = max(ps, key=lambda t: t[0], default=None)
+            band = sorted([t for t in ps if low <= t[0] < threshold], key=lambda t: -t[0])[:n_tells]
+            lines += len(band)
+            right += sum(1 for _, g in band if g)
+            if top is not None and top[0] >= threshold and top[1]:
+                passed += 1
+            elif any(g for _, g in band):
+                told += 1
+        for r, ps in quiet:
+            n = len([t for t in ps if low <= t[0] < threshold][:n_tells])
+            tells_quiet += n
+            lines += n
+        return {"answerable": len(ans), "passed": passed, "told": told,
+                "reached": round((passed + told) / len(ans), 3) if ans else None,
+                "quiet": len(quiet), "tells_per_quiet_need": round(tells_quiet / len(quiet), 3) if quiet else None,
+                "tells": lines, "right_tells": right}
+
+    # a tell line is about 110 characters: the band may cost a need nothing answers at most
+    # what the pre-step may (NO_ANSWER_CHARS), that is this many tells on average
+    limit = NO_ANSWER_CHARS / 110
+
+    def choose(sub):
+        ok = [f for f in floors if (figs(sub, f)["tells_per_quiet_need"] or 0) <= limit]
+        return min(ok) if ok else 1.01
+
+    groups = sorted({r["group"] for r, _ in scored})
+    folds = []
+    for g in groups:
+        low = choose([x for x in scored if x[0]["group"] != g])
+        folds.append({"held_out": g, "fitted": low, "held_out_figures": figs([x for x in scored if x[0]["group"] == g], low)})
+    return {"threshold": threshold, "fitted_on_all": choose(scored), "all_at_fit": figs(scored, choose(scored)),
+            "folds": folds, "curve": {f: figs(scored, f) for f in floors}}
+
+
+def run(quick: bool = False) -> dict:
+    from recalld.bench.semantic import Cached
+    from recalld.model import embed
+    from recalld.model.errors import LLMError
+
+    try:
+        enc = embed.require()
+    except LLMError as e:
+        raise Unavailable(f"no embedder: {e}") from None
+    tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-tells-"))
+    try:
+        rows, conn, projs = collect(Cached(enc), tmp)
+        out = {"model": enc.model, "shipped": shipped(), "needs": len(rows),
+               "groups": sorted({r.group for r in rows}),
+               "shipped_figures": {m: measure(rows, shipped(), m) for m in ("on", "off")},
+               "hook_agrees_semantic_off": hook_agrees(rows, conn, projs)}
+        conn.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    p, figs = fit(rows)
+    out["fitted_on_all"] = {"params": p, "figures": figs}
+    out["validation"] = validate(rows)
+    out["notes"] = ["characters: what the packer places (items and their separators; the <recalld> frame "
+                    "is not counted); a need reached whole is not counted as told",
+                    "semantic on: the daemon's fused order (recalld.daemon.query.fuse) with its cosines; "
+                    "off: the lexical search alone, checked against the hook's memory_items"]
+    return out
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--judge-rows":
+        from recalld.bench import fit_judge
+
+        print(json.dumps(judge_band(fit_judge.read_rows(argv[1:])), indent=1))
+        return 0
+    from recalld.bench.run import main_one
+
+    return main_one("tells", argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Two tiers of delivery: which candidates reach the agent whole, which as a one-line tell
+(standard library only: the pre-step hook decides this on every prompt).
+
+Whole text only where the evidence is strong: a lexical match that covers `floor` of the
+prompt's informative terms (the judge's threshold does the same for the background queue). The
+next few candidates of the fused order that clear a loose gate (a weaker lexical match, or a
+dense cosine) go out as tells: one line with the memory's id and how to open it. The agent is
+a far stronger judge than any model that runs here, and a line costs it one glance.
+
+The constants are fitted by recalld/bench/tells.py, leave-one-project-out (docs/architecture.md,
+"Two tiers of delivery"); they are the `floor` and `tells.*` settings.
+"""
+
+TELL_CHARS = 120  # one tell line at most, label and instruction included
+# How a tell says it can be opened: recalld's MCP tool `show`, or the same from a shell.
+OPEN_HINT = " (open: recalld show {id})"
+CLAUSE_ENDS = (". ", "; ", "? ", "! ", "\n", " — ", " -- ")
+
+
+class Cand:
+    """One candidate of the pre-step: its lexical coverage (0 when only the dense side found
+    it) and its cosine (None when the dense side did not say), in the fused order."""
+
+    __slots__ = ("id", "kind", "text", "tell", "coverage", "cos", "via")
+
+    def __init__(self, id: int, kind: str, text: str, tell, coverage: float, cos, via: str):
+        self.id, self.kind, self.text, self.tell = id, kind, text, tell
+        self.coverage, self.cos, self.via = coverage, cos, via
+
+    def __repr__(self) -> str:
+        return f"Cand(m{self.id}, cov={self.coverage:.2f}, cos={self.cos}, {self.via})"
+
+
+def config(cfg: dict) -> dict:
+    """The tier settings of a settings dict, with the floor for whole text."""
+    t = cfg.get("tells") or {}
+    return {"floor": float(cfg.get("floor", 0.3)), "whole": bool(t.get("whole", True)),
+            "max": int(t.get("max", 0)), "tell_floor": float(t.get("floor", 1.0)),
+            "min_cos": float(t.get("min_cos", 1.0)), "max_whole": int(cfg.get("max_results", 5))}
+
+
+def choose(cands: list, tc: dict, not_told: "set | None" = None) -> tuple:
+    """(whole, told): the candidates delivered whole and those told, each in the fused order.
+    Whole: coverage at or above `floor` (none when `whole` is off: those are told instead).
+    Told: the next candidates, at most `max`, whose coverage reaches `tell_floor` or whose
+    cosine reaches `min_cos`; never one of `not_told` (ids this session was already told)."""
+    whole, told = [], []
+    for c in cands:
+        if c.coverage >= tc["floor"] and tc["whole"] and len(whole) < tc["max_whole"]:
+            whole.append(c)
+        elif len(told) < tc["max"] and (not not_told or c.id not in not_told) and (
+                c.coverage >= tc["tell_floor"] or c.coverage >= tc["floor"]
+                or (c.cos is not None and c.cos >= tc["min_cos"])):
+            told.append(c)
+    return whole, told
+
+
+def first_clause(text: str, room: int) -> str:
+    """The memory's first clause, at most `room` chars, cut on a word (with an ellipsis)."""
+    s = " ".join(text.split())
+    end = len(s)
+    for mark in CLAUSE_ENDS:
+        i = s.find(mark)
+        if 0 < i < end:
+            end = i + (1 if mark[0] in ".?!" else 0)
+    s = s[:end].rstrip(" ,:;")
+    if len(s) <= room:
+        return s
+    cut = s[: max(room - 1, 1)]
+    sp = cut.rfind(" ")
+    if sp >= room // 2:
+        cut = cut[:sp]
+    return cut.rstrip(" ,:;(") + "…"
+
+
+def tell_body(mid: int, label: str, text: str, tell) -> str:
+    """What follows `[label] ` in a tell line: the memory's own `tell` when it has one, else its
+    first clause, cut so that the whole line is at most TELL_CHARS, then how to open it."""
+    hint = OPEN_HINT.format(id=mid)
+    room = max(TELL_CHARS - len(label) - 3 - len(hint), 16)
+    return first_clause(tell or text, room) + hint

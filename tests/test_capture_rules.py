@@ -1,0 +1,153 @@
+"""The capture rules stated: what is of the moment, what is a fix's trivia, when an error is
+joined to a fix, and which kind each statement is (recalld/capture/rules.py)."""
+
+import pytest
+
+from recalld.agents.base import Event
+from recalld.capture import mine, rules
+
+
+@pytest.mark.parametrize("text", [
+    "Now let me also handle the empty state in the table view",
+    "Actually, I'm reconsidering the order of the migrations here",
+    "Wait, the fixture is loaded twice in this module",
+    "This might be a false positive from the linter on that line",
+    "I don't think the task requires a new database table",
+    "Looking at the roadmap: Phase 8 and Phase 10 remain open",
+    "The user wants the rock built and pushed as part of CI",
+    "Would you like me to implement the mock server now?",
+    "A mock server would let us test the charm when the workload is actually working",
+    "WebFetch can't get me the detailed logs of the failed job",
+    "Line 32: uses `python3` instead of `/opt/venv/bin/python3.10`",
+])
+def test_plans_doubts_and_narration_are_of_the_moment(text):
+    assert rules.of_the_moment(text)
+
+
+def test_the_reasonings_plan_items_are_of_the_moment_but_an_agents_instruction_is_not():
+    text = "Check if there's already a rockcraft.yaml or rock configuration"
+    assert rules.of_the_moment(text, "reasoning")
+    assert not rules.of_the_moment("Run `mix credo gen.config` to generate `.credo.exs` with defaults", "agent")
+
+
+@pytest.mark.parametrize("text", [
+    "Assets under priv/static are gitignored: force-add them",
+    "Textual's remove_children() does not complete synchronously",
+    "SunGather uses Modbus TCP on port 502 to talk to the inverter",
+])
+def test_facts_and_rules_are_not_of_the_moment(text):
+    assert not rules.of_the_moment(text)
+
+
+@pytest.mark.parametrize("text, trivia", [
+    ("Fixed by extracting helper parse_row from the loader", True),
+    ("Unused functions removed from the utils module", True),
+    ("Renamed TodoFilter to TodoFilters in the components", True),
+    ("Fixed by quoting the env values, because Pebble only takes strings", False),
+    ("Removed the fixed ids: dynamic widgets must not reuse an id", False),
+])
+def test_a_fixs_trivia_unless_it_states_a_rule(text, trivia):
+    assert rules.is_trivia(text) is trivia
+
+
+def test_error_and_fix_are_linked_only_when_the_fix_names_its_subject():
+    head = "`node build.js`: could not resolve js/app.js"
+    assert rules.links(head, "the import of js/app.js needs the assets path set in build.js")
+    assert not rules.links(head, "The epic covers the onboarding flow for new tenants")
+    assert not rules.links("`git push`: fatal: no upstream branch", "This is the title of the epic for later")
+
+
+@pytest.mark.parametrize("text, role, cue, kind", [
+    # preference: the user's wish about how to work
+    ("don't touch the writeups folder, i will do that myself", "user", "preference", "preference"),
+    # decision: a choice said as one, by the user too
+    ("include all the repos that aren't demos, and exclude copilot-collections", "user", "preference", "decision"),
+    ("We decided to keep the Credo defaults and tune them later", "agent", "fact", "decision"),
+    # procedure: how something is done or run
+    ("After adding an identity, run `mix ash.codegen` to regenerate", "agent", "constraint", "procedure"),
+    ("`uv run review-tool serve --port 8000` works from the review-tool directory", "agent", "fact", "procedure"),
+    # constraint: a rule for whoever works on the project
+    ("Never overwrite a non-nil timestamp with nil in the sync job", "agent", "constraint", "constraint"),
+    # a description of code with rule words is a fact, not a constraint
+    ("The handler always returns a 3-tuple on error from the adapter", "agent", "constraint", "fact"),
+    # fact: what holds
+    ("The crash log is empty because sys.excepthook misses the async loop", "agent", "fact", "fact"),
+])
+def test_kinds_by_rule(text, role, cue, kind):
+    assert rules.kind_of(text, role, cue) == kind
+
+
+def _ev(kind, line, text="", role="assistant", tool=None, tool_input=None, is_error=False):
+    role = "tool" if kind == "tool_result" else role
+    return Event(session="s", cwd="/p", project=None, agent="main", role=role, kind=kind, text=text, tool=tool,
+                 tool_input=tool_input, is_error=is_error, source="t.jsonl", line_no=line)
+
+
+def test_an_error_is_not_glued_to_an_unrelated_sentence():
+    events = [
+        _ev("prompt", 1, "push the branch", role="user"),
+        _ev("tool_call", 2, tool="Bash", tool_input={"command": "git push"}),
+        _ev("tool_result", 3, "fatal: The current branch has no upstream branch.", tool="Bash", is_error=True),
+        _ev("text", 4, "The onboarding epic is titled Tenant self-service for the Q3 release."),
+    ]
+    spans = mine.mine(events).spans
+    assert not any("→" in sp.text and "epic" in sp.text for sp in spans)
+
+
+def test_the_agent_thinking_aloud_is_not_mined_but_the_user_deciding_is():
+    events = [
+        _ev("prompt", 1, "let's use ghcr.io for the images rather than docker hub, it is free for us", role="user"),
+        _ev("text", 2, "Actually, I'm reconsidering whether the registry must be ghcr.io for this project."),
+        _ev("text", 3, "Now let me also handle the arm64 build because the charm requires both platforms."),
+    ]
+    spans = mine.mine(events).spans
+    texts = [sp.text for sp in spans]
+    assert not any("reconsidering" in t or "let me" in t.lower() for t in texts)
+    user = [sp for sp in spans if sp.role == "user"]
+    assert user and user[0].kind == "decision"
+
+
+def test_a_duplicate_in_one_pass_keeps_the_better_worded_draft_and_both_provenances():
+    from recalld.capture import policies
+
+    first = policies.Draft(kind="fact", confidence=0.98, role="reasoning", line=23, why="a fact; line 23",
+                           text="Additionally, the rock uses a virtualenv at `/opt/venv/bin/python3.10` which should "
+                                "be used instead of just `python3`.")
+    second = policies.Draft(kind="fact", confidence=0.87, role="agent", line=52, why="a fact; line 52",
+                            text="The rock builds the app into `/opt/app/App/app.py` and uses a virtualenv at "
+                                 "`/opt/venv/bin/python3.10`, but the charm was trying to use just `python3`.")
+    other = policies.Draft(kind="fact", confidence=0.9, role="agent", line=60, why="a fact; line 60",
+                           text="The integration tests use a broken OCI image, so they only test failures.")
+    out = policies.screen([first, second, other])
+    assert [d.line for d in out.kept] == [52, 60]
+    assert "also said at line 23" in out.kept[0].why
+    assert [(d.line, r) for d, r in out.rejected] == [(23, "duplicate_proposal")]
+
+
+def test_two_statements_about_one_name_are_not_merged_when_they_say_different_things():
+    from recalld.capture import policies
+
+    a = "`mix igniter.install` can add them to mix.exs automatically, even without custom installers"
+    b = "Install via `mix igniter.install`, generate the Credo config, and add a unified `mix quality` alias."
+    assert not policies.same_claim(a, b, 88)
+
+
+def test_the_users_lower_case_sentences_are_cut_and_their_instructions_kept():
+    prompt = ("read the notes for context. this is a bug, but the server coerces the values and that won't "
+              "change so it causes no problems. note that most services are Python but two are Go. "
+              "don't touch the `analysis/writeups` folder, i will do that myself.")
+    spans = mine.mine([_ev("prompt", 1, prompt, role="user")]).spans
+    texts = {sp.text: sp for sp in spans}
+    assert any(t.startswith("don't touch the `analysis/writeups` folder") for t in texts)
+    assert next(sp for t, sp in texts.items() if t.startswith("don't touch")).kind == "preference"
+    assert any(t.startswith("most services are Python but two are Go") for t in texts)
+    assert all(len(t) < 150 for t in texts)
+
+
+def test_a_delegating_tools_launch_notice_is_not_a_report():
+    notice = ("Async agent launched successfully.\nagentId: a60df47465bbd47cf (internal ID - do not mention to "
+              "user. Use to resume later if needed.)\nDo not duplicate this agent's work.")
+    events = [_ev("prompt", 1, "classify the fixes of every repository", role="user"),
+              _ev("tool_call", 2, tool="Task", tool_input={"prompt": "classify"}),
+              _ev("tool_result", 3, notice, tool="Task")]
+    assert not [sp for sp in mine.mine(events).spans if sp.role == "report"]
