@@ -516,6 +516,19 @@ def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc)
 
 @needs_weights
 @pytest.mark.model
+def test_the_onnxruntime_graph_gives_the_numpy_pass_vectors(enc, monkeypatch):
+    if enc.runtime != "onnxruntime":
+        pytest.skip(f"onnxruntime pass not built: {enc.runtime_reason}")
+    monkeypatch.setenv("RECALLD_EMBED_RUNTIME", "numpy")
+    plain = embed.Encoder(WEIGHTS.path)
+    assert plain.runtime == "numpy" and plain.model == enc.model
+    texts = PINNED + ["", "   ", "日本語のテキストと絵文字 🎉", "word " * 600, "short"]
+    for batch in (1, 4, 32):  # padded batches too
+        assert np.abs(enc.embed(texts, batch=batch) - plain.embed(texts, batch=batch)).max() < 1e-5
+
+
+@needs_weights
+@pytest.mark.model
 def test_backfill_cli_and_dense_search_find_a_paraphrase(home, project):
     env = {"RECALLD_HOME": str(home)}
     texts = ["Ledgerly's invoices are stored in PostgreSQL 16 through psycopg 3.",
@@ -534,3 +547,66 @@ def test_backfill_cli_and_dense_search_find_a_paraphrase(home, project):
     hits = vectors.dense_search(conn, q, sc, 3, model=e.model)
     assert [conn.execute("SELECT text FROM memories WHERE id = ?", (m,)).fetchone()[0] for m, _ in hits][0] == texts[0]
     conn.close()
+
+
+def test_a_partition_with_an_approximate_graph_returns_the_scans_answer_in_every_scope(conn, monkeypatch):
+    if vectors._ann_class() is None:
+        pytest.skip("usearch is not installed")
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 20)
+    rng = np.random.default_rng(5)
+    vecs = _corpus(conn, rng, n=400)
+    index = vectors.VectorIndex("m", 16)
+    index.refresh(conn)
+    lock = threading.Lock()
+    assert index.build_ann(lock) == len(index.parts)  # P1, P2 and the shared partition
+    assert all(p.ann is not None and p.ann_n == p.n for p in index.parts.values())
+    # rows written after the graph was built are added to it at the next refresh
+    more = [(_remember(conn, f"late note {i}"), _unit(rng, 16)) for i in range(30)]
+    vectors.write(conn, "m", more)
+    vecs.update(more)
+    for sc in (MAIN, scope.Scope(P1, "helper"), scope.Scope(P2, "main"), scope.Scope("/elsewhere", "main")):
+        for _ in range(5):
+            q = _unit(rng, 16)
+            want = _expected(conn, vecs, q, sc, 3)
+            got = vectors.dense_search(conn, q, sc, 3, model="m", index=index)
+            assert [m for m, _ in got] == want, sc
+            assert all(abs(s - float(vecs[m] @ q)) < 1e-5 for m, s in got)
+    p1 = index.parts[index.codes[P1]]
+    assert p1.ann_n == p1.n
+
+
+def test_a_graph_never_returns_what_was_retracted_or_superseded_nor_another_agents_note(conn, monkeypatch):
+    if vectors._ann_class() is None:
+        pytest.skip("usearch is not installed")
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 20)
+    rng = np.random.default_rng(9)
+    vecs = _corpus(conn, rng, n=300)
+    index = vectors.VectorIndex("m", 16)
+    index.refresh(conn)
+    index.build_ann(threading.Lock())
+    mine = [m for m in vecs if MAIN.sees(*conn.execute("SELECT scope, project, agent FROM memories WHERE id = ?",
+                                                          (m,)).fetchone())]
+    theirs = [m for m in vecs if conn.execute("SELECT agent FROM memories WHERE id = ?", (m,)).fetchone()[0] == "helper"]
+    # every near neighbour of the query invalid: the search must look past the graph's first candidates
+    q = vecs[mine[0]]
+    near = sorted(mine, key=lambda m: -float(vecs[m] @ q))[:12]
+    for m in near[:6]:
+        store.retract(conn, m, "wrong", MAIN)
+    for m in near[6:]:
+        store.remember(conn, f"replaces {m}", MAIN, check_similar=False, supersedes=[m])
+    got = [m for m, _ in vectors.dense_search(conn, q, MAIN, 5, model="m", index=index)]
+    assert len(got) == 5 and not set(got) & set(near) and not set(got) & set(theirs)
+    assert got == [m for m in _expected(conn, vecs, q, MAIN, 5)]
+
+
+def test_the_graph_library_and_the_embedders_runtime_load_together_in_either_order():
+    # usearch imported before onnxruntime crashed the process; vectors._ann_class orders them
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("usearch")
+    code = ("from recalld.model import vectors; vectors._ann_class(); "
+            "from recalld.model import onnxbert; import onnxruntime; print('ok')")
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr[-500:])

@@ -59,7 +59,7 @@ def _remember(conn, text, project=P1):
 
 @pytest.fixture
 def stored(conn):
-    settings.save({"semantic_wait_ms": 60})  # the channel is off by default
+    settings.save({"semantic_wait_ms": 60})  # the wait these tests were written with (default 25)
     ids = {
         "cents": _remember(conn, "Money is integer cents (BIGINT) plus an ISO currency code everywhere."),
         "argo": _remember(conn, "Argo CD syncs ledgerly-prod from the infra/deploy repository."),
@@ -83,17 +83,24 @@ def _serve(server):
     return stop, t
 
 
-@pytest.fixture
-def daemon(home, stored):
+@pytest.fixture(params=["socket", "in-process"])
+def daemon(request, home, stored, monkeypatch):
     # what the real daemon answers is under test here, not how fast: a loaded machine (the
-    # tests share it) must not turn an answer into a timeout (the deadline still caps it)
+    # tests share it) must not turn an answer into a timeout (the deadline still caps it).
+    # "socket": the hook as a hook process runs it; "in-process": as the daemon serves it
+    # (the query server sets semantic.LOCAL in its own process)
     settings.save({"semantic_wait_ms": 250})
     server = query.QueryServer(FakePass(ConceptEncoder()))
     stop, t = _serve(server)
+    assert semantic.LOCAL is server
+    if request.param == "socket":
+        monkeypatch.setattr(semantic, "LOCAL", None)
+    server.path = request.param
     yield server
     stop.set()
     t.join(5)
     assert not t.is_alive()
+    assert semantic.LOCAL is None
 
 
 def _prompt(text, cwd=P1, session="s1"):
@@ -125,11 +132,12 @@ def test_daemon_up_answers_semantically_with_a_paraphrase_lexical_search_misses(
     assert r["detail"]["via"][0] == "dense"
     assert f"[m{stored['cents']} tell] Money is integer cents" in out
     assert f"(open: recalld show {stored['cents']})" in out
+    counter = "answered" if daemon.path == "socket" else "served_in_process"
     for _ in range(100):  # counted after the answer is sent
-        if daemon.state["answered"]:
+        if daemon.state[counter]:
             break
         time.sleep(0.01)
-    assert daemon.state["answered"] == 1
+    assert daemon.state[counter] == 1
 
 
 def test_daemon_down_is_the_lexical_answer_exactly(home, stored):
@@ -386,3 +394,52 @@ def test_the_warm_index_keeps_projects_apart_and_multiplies_only_the_scopes_rows
     got = [m for m, _ in vectors.dense_search(conn, q, scope.Scope("/elsewhere", "main"), 5, model=enc.model,
                                               index=index)]
     assert got == [shared]
+
+
+def test_a_prefetched_prompt_is_embedded_once_and_a_repeated_one_comes_from_the_cache(home, stored, conn):
+    calls = []
+
+    class Counting(ConceptEncoder):
+        def embed_one(self, text):
+            calls.append(text)
+            time.sleep(0.05)  # still being made when the ask comes
+            return super().embed_one(text)
+
+    settings.save({"semantic_wait_ms": 1000})
+    server = query.QueryServer(FakePass(Counting()))
+    stop, t = _serve(server)
+    try:
+        text = "How should I write a price of 19.99 in the schema?"
+        server.prefetch(text)
+        job = server.ask(text, scope.Scope(P1, "main"), 15, 0.3)
+        got = job.answer(conn, None, time.perf_counter() + 5)
+        assert [h[0] for h in got["hits"]] == [stored["cents"]] and not got["ms"]["cached"]
+        again = server.ask(text, scope.Scope(P1, "main"), 15, 0.3).answer(conn, None, time.perf_counter() + 5)
+        assert again["ms"]["cached"] and again["hits"] == got["hits"]
+        assert calls == [text]
+        # the fused order carries each candidate's evidence, the injected one marked
+        first = got["order"][0]
+        assert first[0] == stored["cents"] and first[3] is not None and first[4] == "dense" and first[5] is True
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def test_the_fused_order_is_read_back_through_the_hooks_scope_with_its_evidence(stored, conn):
+    sc = scope.Scope(P1, "main")
+    order = [(stored["other"], 3.0, None, 0.9, "dense", True),  # another project's: never
+             (stored["cents"], 2.5, 0.1, 0.6, "both", True), (stored["pool"], 0.4, 0.4, None, "lexical", False)]
+    got = semantic.read_back_order(conn, sc, order)
+    assert [(f.id, f.key, f.lexical, f.cosine, f.via, f.inject) for f in got] == [
+        (stored["cents"], 2.5, 0.1, 0.6, "both", True), (stored["pool"], 0.4, 0.4, None, "lexical", False)]
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()  # no answer from the daemon: the lexical hits, in their order, no cosine
+    hits = search(conn, "Where is the AsyncConnectionPool opened?", sc, floor=0.0)
+    lex = semantic.order(ctx, hits, 0.3)
+    assert [f.id for f in lex] == [h.id for h in hits] and all(f.cosine is None for f in lex)
+    assert [f.inject for f in lex] == [h.score >= 0.3 for h in hits]
+    ctx.semantic_order = got
+    assert semantic.order(ctx, hits, 0.3) is got

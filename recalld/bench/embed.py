@@ -97,6 +97,8 @@ def run(quick: bool = False, backfill: "int | None" = None, backfill_store: int 
             print(f"backfill: {out['backfill']}", file=sys.stderr, flush=True)
         if "dense" in todo:
             out["dense_search"] = _dense(enc, Path(tmp), sizes_l, quick)
+        if "served" in todo:
+            out["served_answer"] = _served(enc, Path(tmp), sizes_l, quick)
     out["peak_rss_mb"] = _rss_mb("VmHWM")
     return out
 
@@ -188,10 +190,120 @@ def _dense(enc, tmp: Path, sizes_l: list, quick: bool) -> dict:
         out[str(n)] = {"vectors": len(ids), "in_scope": in_scope, "store_build_s": round(build_s, 1),
                        "plain": _merge(plain), "index": _merge(warm), "index_cold_refresh_ms": round(cold, 1),
                        "index_rss_mb": index_mb, "same_results": same, "load_average": load_average()}
+        out[str(n)]["graph"] = _graph(conn, enc, index, qs, sc, 20 if quick else 60)
         print(f"dense {n}: {out[str(n)]}", file=sys.stderr, flush=True)
         del index
         conn.close()
     return out
+
+class _Pass:
+    """What QueryServer reads of the embedding pass, holding the encoder loaded here."""
+
+    def __init__(self, enc):
+        self.encoder = enc
+        self.state = {"available": True, "running": True, "reason": None}
+
+
+def _served(enc, tmp: Path, sizes_l: list, quick: bool) -> dict:
+    """What the semantic step adds to a hook run the daemon serves, in this process as the
+    daemon's hook thread runs it (semantic.start -> the lexical search -> semantic.ranked):
+    `lexical` the search alone (the hook without the channel), `new prompt` the whole step for
+    a prompt not seen before (its embedding made on the query server's thread meanwhile),
+    `repeated` one whose vector is cached, `scan` a new prompt with the graphs set aside. Real
+    query embeddings, random unit vectors for the memories, interleaved round by round."""
+    import threading
+
+    import numpy as np
+
+    from recalld.core.search import search
+    from recalld.daemon.query import QueryServer
+    from recalld.model import vectors
+
+    out = {}
+    rng = np.random.default_rng(1)
+    sc = Scope(bench_search.PROJECTS[0], "main")
+    prompts = bench_search.prompts()
+    for n in sizes_l:
+        conn = db.connect(tmp / f"s{n}.db")
+        conn.execute("PRAGMA synchronous = OFF")
+        bench_search.build(conn, n)
+        ids = [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY id")]
+        for s in range(0, len(ids), 5000):
+            v = rng.standard_normal((len(ids[s:s + 5000]), enc.dim)).astype(np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+            vectors.write(conn, enc.model, zip(ids[s:s + 5000], v))
+        srv = QueryServer(_Pass(enc))
+        srv.enc, srv.index = enc, vectors.VectorIndex(enc.model, enc.dim)
+        srv.index.refresh(conn)
+        t = time.perf_counter()
+        srv.index.build_ann(srv.lock)
+        build_s = time.perf_counter() - t
+        stop = threading.Event()
+        th = threading.Thread(target=srv._embed_jobs, args=(stop,), daemon=True)
+        th.start()
+        graphs = {k: (p.ann, p.ann_n) for k, p in srv.index.parts.items()}
+
+        def step(text, fresh=True, graph=True):
+            if fresh:
+                srv._cache.clear()
+            for k, p in srv.index.parts.items():
+                p.ann, p.ann_n = graphs[k] if graph else (None, 0)
+
+            def call(_):
+                job = srv.ask(text, sc, 15, 0.3)
+                hits = search(conn, text, sc, limit=15, floor=0.0)
+                if job.answer(conn, hits, time.perf_counter() + 2.0) is None:
+                    raise RuntimeError("no answer in 2 s")
+            return call
+
+        step(prompts[0])(0)
+        res = {"lexical": [], "new prompt": [], "repeated": [], "scan": []}
+        for i in range(20 if quick else 60):
+            text = prompts[i % len(prompts)]
+            res["lexical"].append(_timed(lambda _: search(conn, text, sc, limit=15, floor=0.0), 1))
+            res["new prompt"].append(_timed(step(text), 1))
+            res["repeated"].append(_timed(step(text, fresh=False), 1))
+            res["scan"].append(_timed(step(text, graph=False), 1))
+        for k, p in srv.index.parts.items():
+            p.ann, p.ann_n = graphs[k]
+        stop.set()
+        srv._jobs.put(None)
+        th.join(5)
+        out[str(n)] = {"vectors": len(ids), "graph_build_s": round(build_s, 1),
+                       **{k: _merge(v) for k, v in res.items()}, "load_average": load_average()}
+        print(f"served {n}: {out[str(n)]}", file=sys.stderr, flush=True)
+        conn.close()
+    return out
+
+
+def _graph(conn, enc, index, qs, sc, rounds: int) -> dict:
+    """The same searches once the index has its approximate graphs (VectorIndex.build_ann),
+    interleaved with an index of the same rows that scans, and how often the graph's top 20
+    is the scan's (its candidates are rescored exactly, so a found id has the exact score)."""
+    import threading
+
+    from recalld.model import vectors
+
+    if vectors._ann_class() is None:
+        return {"skipped": "usearch is not installed"}
+    t = time.perf_counter()
+    built = index.build_ann(threading.Lock())
+    build_s = time.perf_counter() - t
+    if not built:
+        return {"skipped": f"no partition of {vectors.ANN_MIN_ROWS} rows"}
+    scan = vectors.VectorIndex("bench", enc.dim)
+    scan.refresh(conn)
+    g, e, same = [], [], []
+    for i in range(rounds):
+        q = qs[i % len(qs)]
+        e.append(_timed(lambda _: vectors.dense_search(conn, q, sc, 20, model="bench", index=scan), 1))
+        g.append(_timed(lambda _: vectors.dense_search(conn, q, sc, 20, model="bench", index=index), 1))
+        a = {m for m, _ in vectors.dense_search(conn, q, sc, 20, model="bench", index=scan)}
+        b = {m for m, _ in vectors.dense_search(conn, q, sc, 20, model="bench", index=index)}
+        same.append(len(a & b) / max(1, len(a)))
+    return {"build_s": round(build_s, 1), "partitions": built, "scan": _merge(e), "graph": _merge(g),
+            "top20_recall": round(statistics.fmean(same), 4)}
+
 
 if __name__ == "__main__":
     from recalld.bench.run import main_one
@@ -200,5 +312,5 @@ if __name__ == "__main__":
         ("--backfill", {"type": int, "dest": "backfill", "help": "memories to embed in the backfill (default: the whole store)"}),
         ("--backfill-store", {"type": int, "dest": "backfill_store", "default": 10_000, "help": "memories in the backfill's store"}),
         ("--sizes", {"dest": "sizes", "help": "dense_search store sizes, comma-separated (default 10000,100000)"}),
-        ("--parts", {"dest": "parts", "default": "embed,backfill,dense", "help": "which parts to run"}),
+        ("--parts", {"dest": "parts", "default": "embed,backfill,dense", "help": "which parts to run (embed, backfill, dense, served)"}),
     )))

@@ -3,7 +3,8 @@
 Creates a fresh venv, installs the project into it the way the README does (`pip install
 <checkout>`, not editable), installs the hooks into a throwaway HOME with that venv's
 `recalld install claude-code` and times each hook event through the very command it wrote,
-as whole processes, against the same venv's bare interpreter (`python -c pass`), interleaved
+as whole processes, against the same venv's bare interpreter (`python -I -S -c pass`, as the
+launcher starts), interleaved
 (recalld.bench.common.interleaved), at 1, 10k and 100k memories. Pre-tool runs in a project
 with 300 trusted crystals (recalld.bench.crystals.generate). Per event it reports p50/p99,
 the ratio to bare, the hook's own cost (hook minus bare), the CPU time (user + system) of each
@@ -175,7 +176,8 @@ def _measure(cmds: dict, venv: Path, home: Path, project: Path, rounds: int) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RECALLD_"))}
     env.update(RECALLD_HOME=str(home), HOME=str(home))
     stdin = _payloads(project, rounds + 3)
-    bare = [str(venv / "bin" / "python"), "-c", "pass"]
+    # the launcher runs under `python -I -S` (recalld/install/entries.py): the bare start is the same
+    bare = [str(venv / "bin" / "python"), "-I", "-S", "-c", "pass"]
     argvs = {ev: shlex.split(cmds[ev]) for ev in EVENTS}
     failed: list = []
     cpu: dict = {}  # name -> [user + system ms of each process]: the machine's load moves it far less
@@ -221,11 +223,14 @@ def _measure(cmds: dict, venv: Path, home: Path, project: Path, rounds: int) -> 
 
 def _served_durations(venv: Path, home: Path, since: int) -> dict:
     """p50 / p99 of the receipts' duration_ms (the run's time inside the daemon, or inside the
-    hook process when it ran itself) per hook and per how it ran, for receipts after `since`."""
+    hook process when it ran itself) per hook and per how it ran, for receipts after `since`;
+    for prompt-submit also per semantic path (`detail.recall`: semantic, or why lexical)."""
     code = ("import json, sys; from recalld.core import db; c = db.connect(readonly=True); o = {}\n"
-            "q = 'SELECT hook, duration_ms, json_extract(detail, ?) FROM receipts WHERE id > ? AND source = ?'\n"
-            "for h, d, s in c.execute(q, ('$.served', int(sys.argv[1]), 'hook')):\n"
-            " o.setdefault(h, {}).setdefault(s or 'in-process', []).append(d)\nprint(json.dumps(o))")
+            "q = 'SELECT hook, duration_ms, json_extract(detail, ?), json_extract(detail, ?) FROM receipts "
+            "WHERE id > ? AND source = ?'\n"
+            "for h, d, s, r in c.execute(q, ('$.served', '$.recall', int(sys.argv[1]), 'hook')):\n"
+            " o.setdefault(h, {}).setdefault(s or 'in-process', []).append(d)\n"
+            " r and o.setdefault(h + ' recall', {}).setdefault(r, []).append(d)\nprint(json.dumps(o))")
     p = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(since)], capture_output=True, text=True,
                        cwd="/", env=dict(os.environ, RECALLD_HOME=str(home)))
     if p.returncode != 0:
@@ -247,9 +252,74 @@ def _outcomes(venv: Path, home: Path) -> dict:
     return json.loads(_py(venv, code, dict(os.environ, RECALLD_HOME=str(home))))
 
 
+def _semantic_store(home: Path) -> dict:
+    """The semantic channel as a user's daemon has it: a unit vector of this machine's embedder
+    for every memory that lacks one (random: the search's cost does not depend on what they
+    say, and embedding 100k memories takes an hour here) and that embedder named in the
+    store's settings, so the venv's daemon loads the same weights (the fresh venv has no
+    weights package). Settings otherwise as shipped (`semantic_wait_ms` at its default)."""
+    import numpy as np
+
+    from recalld.core import db, settings
+    from recalld.model import embed, resolve, vectors
+
+    choice = resolve.resolve_embedder({"models": {}})
+    if not choice.available:
+        raise Unavailable(f"no embedder for the semantic channel: {choice.reason}")
+    enc = embed.load(choice)
+    conn = db.connect(home / "recalld.db")
+    rng = np.random.default_rng(3)
+    ids = [i for i, _ in vectors.pending(conn, enc.model, 0, 10 ** 9)]
+    for s in range(0, len(ids), 5000):
+        m = rng.standard_normal((len(ids[s:s + 5000]), enc.dim)).astype(np.float32)
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+        vectors.write(conn, enc.model, zip(ids[s:s + 5000], m))
+    conn.close()
+    path = home / "settings.json"
+    cfg = json.loads(path.read_text()) if path.exists() else {}
+    cfg.setdefault("models", {})["embedder"] = choice.path
+    path.write_text(json.dumps(cfg))
+    return {"model": enc.model, "vectors_written": len(ids),
+            "semantic_wait_ms": cfg.get("semantic_wait_ms", settings.DEFAULTS["semantic_wait_ms"])}
+
+
+def _query_ready(home: Path, pid: int, limit_s: float = 300) -> dict:
+    """Wait until the daemon's query server listens and has built the graphs its index wants
+    (a minute at 100k under load; searches scan until then), so the measurement is of the
+    steady state. Read from the daemon's log (its lines from `pid`): its status file is
+    rewritten only when the daemon's main work changes."""
+    from recalld.model import vectors
+
+    log = home / "logs" / "daemon.log"
+    t0 = time.monotonic()
+    seen: dict = {}
+    while time.monotonic() - t0 < limit_s:
+        try:
+            lines = log.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("pid") == pid and ev.get("event") in ("query_listening", "query_graph_built",
+                                                            "query_socket_failed"):
+                seen[ev["event"]] = ev
+        rows = (seen.get("query_listening") or {}).get("rows")
+        if "query_socket_failed" in seen or ("query_listening" in seen and (
+                "query_graph_built" in seen or (rows is not None and rows < vectors.ANN_MIN_ROWS))):
+            break
+        time.sleep(1)
+    built = seen.get("query_graph_built") or {}
+    return {"waited_s": round(time.monotonic() - t0, 1), "listening": "query_listening" in seen,
+            "index_rows": (seen.get("query_listening") or {}).get("rows"),
+            "graph_build_s": built.get("seconds"), "graph_partitions": built.get("partitions")}
+
+
 def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = None,
         sizes: "str | None" = None, rounds: "int | None" = None, profile_runs: int = 5,
-        serve: bool = True) -> dict:
+        serve: bool = True, semantic: bool = True) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-hookcost-"))
     base = Path(keep) if keep else tmp
     base.mkdir(parents=True, exist_ok=True)
@@ -272,8 +342,11 @@ def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = Non
             if serve:  # the daemon running, as `recalld install` sets it up: it serves the hooks
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RECALLD_"))}
                 env.update(RECALLD_HOME=str(home), HOME=str(home))
+                m["semantic"] = _semantic_store(home) if semantic else "off"
                 since = _last_receipt(vdir, home)
-                with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home):
+                with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home) as daemon:
+                    if semantic:
+                        m["query_server"] = _query_ready(home, daemon.proc.pid)
                     m["served"] = _measure(cmds, vdir, home, project, n_rounds)
                 m["served"]["in_daemon"] = _served_durations(vdir, home, since)
             result["sizes"][str(n)] = m
@@ -300,4 +373,6 @@ if __name__ == "__main__":
         ("--rounds", {"dest": "rounds", "type": int, "help": "interleaved rounds per store"}),
         ("--no-serve", {"dest": "serve", "action": "store_false",
                         "help": "only the hook processes on their own (no daemon serving them)"}),
+        ("--no-semantic", {"dest": "semantic", "action": "store_false",
+                           "help": "no vectors and no embedder for the served runs (the semantic channel down)"}),
     )))

@@ -48,10 +48,12 @@ SETTINGS = (
     Setting('deadline_ms', 300, 'int', 1, 60_000,
             'How long a hook may run before it answers with what it has (fail open); RECALLD_DEADLINE_MS '
             'overrides it.'),
-    Setting('semantic_wait_ms', 0, 'int', 0, 60_000,
+    # 25: what a served prompt at 100k memories on the loaded 2-core machine stays inside
+    # (docs/architecture.md, "The semantic pre-step"); without the daemon it costs one stat
+    Setting('semantic_wait_ms', 25, 'int', 0, 60_000,
             "How long a prompt-submit hook waits for the daemon's embedding ranking before it answers "
-            'lexically; 0 (the default) switches that channel off (docs/architecture.md, "The semantic '
-            'pre-step").'),
+            "lexically (from when it asks, before its own search); 0 switches that channel off, and "
+            'without the daemon it costs one stat (docs/architecture.md, "The semantic pre-step").'),
     # tells (recalld/core/tiers.py): one line each for the candidates below the floor
     Setting('tells.whole', True, 'bool', None, None,
             'Deliver what clears the floor whole; false shows it as a tell instead (a line the agent '

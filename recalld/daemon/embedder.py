@@ -48,7 +48,7 @@ class EmbedPass:
         except Exception as e:
             self.state.update(available=False, reason=f"{type(e).__name__}: {e}"[:300])
             return False
-        self.state.update(loaded=True, model=self.encoder.model,
+        self.state.update(loaded=True, model=self.encoder.model, runtime=self.encoder.runtime,
                           load_ms=round((time.perf_counter() - t0) * 1000, 1))
         return True
 

@@ -32,8 +32,9 @@ import time
 from recalld import __version__
 from recalld.core import crystals, paths
 from recalld.daemon import folderwatch, sockets
+from recalld.core import jsonio
+from recalld.hook import payloads, semantic, served
 from recalld.hook import run as hook_run
-from recalld.hook import served
 
 ACCEPT_S = 0.5  # how often an idle thread looks at the stop event
 READ_S = 1.0  # a client that connects and sends too little is dropped after this
@@ -79,6 +80,22 @@ def _warm() -> None:
     # A hook waiting on this process should not wait out another thread's 5 ms slice of the GIL
     # (the tailer parsing a transcript, the proposer): hand it over every millisecond.
     sys.setswitchinterval(0.001)
+
+
+def _prefetch(data: bytes) -> None:
+    """Start the prompt's query embedding now, before the run reaches its search, when the query
+    server runs in this process (it sets semantic.LOCAL): the embedding then overlaps the run's
+    settings, scope, crystals and queue. The text is the one the run will ask with (the same
+    normalization); anything odd here is for the run itself to meet and report."""
+    srv = semantic.LOCAL
+    if srv is None:
+        return
+    try:
+        hi = payloads.normalize("prompt-submit", jsonio.loads(data))
+        if hi.text.strip():
+            srv.prefetch(hi.text)
+    except Exception:
+        pass
 
 
 class HookServer:
@@ -215,6 +232,8 @@ class HookServer:
         except (OSError, EOFError, ValueError) as e:  # gone, slow, or not JSON: it runs itself
             self._count("dropped", error=f"{type(e).__name__}: {e}"[:300])
             return
+        if "prompt-submit" in head["argv"]:
+            _prefetch(data)
         try:
             st = hook_run.begin(head["argv"], head["env"])
             # the hook process's uid: without our D it writes the receipt itself under it, and the

@@ -145,7 +145,7 @@ class Daemon:
 
             self.query = QueryServer(self.embedder, self.cfg)
             workers.append(("recalld-query", lambda: self.query.serve(
-                self.stop_event, self._open_store, self._follow, self.log)))
+                self.stop_event, self._open_store, self._follow, self.log, self._touch)))
         serve_hooks = int((self.cfg.get("daemon") or {}).get("serve_hooks", 0))
         if serve_hooks > 0:  # hook processes hand their runs to these threads (recalld/hook/served.py)
             from recalld.daemon.hookserver import HookServer

@@ -57,7 +57,7 @@ def candidates(ctx, asked, hits: list) -> list:
     if asked is not None:
         from recalld.hook import semantic
 
-        found = semantic.ranked(ctx, asked, None)
+        found = semantic.ranked(ctx, asked, None, hits)  # in the daemon: fused with these, not searched again
         if found is not None:
             cov = {h.id: h.score for h in hits}
             return [tiers.Cand(f.id, f.kind, f.text, f.tell, cov.get(f.id, 0.0), asked.cos.get(f.id), f.via)

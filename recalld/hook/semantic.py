@@ -38,24 +38,37 @@ def socket_path() -> str:
     return os.path.join(socket_dir(), SOCKET_NAME)
 
 
+# Set by the daemon's query server (recalld/daemon/query.py) in its own process: a hook run
+# that the daemon serves asks it directly, `LOCAL.ask(text, scope, limit, floor) -> job`, and
+# `job.answer(conn, lexical hits, deadline)` gives the answer the socket would (or None when
+# it is not ready by the deadline). A hook process never has it: it uses the socket.
+LOCAL = None
+
+
 class Asked:
-    """A question on its way: the connected socket (None once it failed) and its status."""
+    """A question on its way: the connected socket (None once it failed), or the in-process
+    job, and its status."""
 
-    __slots__ = ("sock", "status", "t0", "cos")
+    __slots__ = ("sock", "status", "t0", "job", "cos")
 
-    def __init__(self, sock, status: str, t0: float):
-        self.sock, self.status, self.t0 = sock, status, t0
+    def __init__(self, sock, status: str, t0: float, job=None):
+        self.sock, self.status, self.t0, self.job = sock, status, t0, job
         self.cos: dict = {}  # memory id -> the query's cosine, as the daemon measured it
 
 
 class Found:
-    """One memory the daemon ranked, read back through the hook's scope (Hit's fields the
-    hook reads)."""
+    """One memory of the daemon's ranking, read back through the hook's scope (Hit's fields the
+    hook reads, and the fused order's evidence): `score` the receipt's figure (coverage plus
+    the dense bonus), `via` "lexical" / "dense" / "both", `lexical` the coverage (None: lexical
+    search did not find it), `cosine` (None: not scored densely), `key` the fused order's
+    sorting key, `inject` whether it passes the injection gate at the floor."""
 
-    __slots__ = ("id", "kind", "text", "tell", "score", "via")
+    __slots__ = ("id", "kind", "text", "tell", "score", "via", "lexical", "cosine", "key", "inject")
 
-    def __init__(self, id: int, kind: str, text: str, tell, score: float, via: str):
+    def __init__(self, id: int, kind: str, text: str, tell, score: float, via: str, lexical=None,
+                 cosine=None, key=None, inject=True):
         self.id, self.kind, self.text, self.tell, self.score, self.via = id, kind, text, tell, score, via
+        self.lexical, self.cosine, self.key, self.inject = lexical, cosine, key, inject
 
 
 def ask(text: str, sc, limit: int, floor: float, wait_s: float, now: float) -> Asked:
@@ -86,8 +99,9 @@ def ask(text: str, sc, limit: int, floor: float, wait_s: float, now: float) -> A
     return Asked(s, "asked", now)
 
 
-def answer(asked: Asked, deadline: float, clock) -> "list | None":
-    """[(memory id, score, via)] from the daemon, or None (and asked.status says why)."""
+def answer(asked: Asked, deadline: float, clock) -> "tuple | None":
+    """(injectable [(memory id, score, via)], fused order) from the daemon's socket, or None (and
+    asked.status says why)."""
     s = asked.sock
     if s is None:
         return None
@@ -120,15 +134,25 @@ def answer(asked: Asked, deadline: float, clock) -> "list | None":
     finally:
         s.close()
     try:
-        data = jsonio.loads(buf)
-        hits = data["hits"]
-        out = [(int(i), float(sc), str(via)) for i, sc, via in hits]
+        return _parsed(asked, jsonio.loads(buf))
+    except ValueError:
+        asked.status = "error"
+        return None
+
+
+def _parsed(asked: Asked, data) -> "tuple | None":
+    """(injectable [(id, score, via)], fused order [(id, key, lexical, cosine, via, inject)])
+    from an answer, or None (status "error") when it is not well formed."""
+    try:
+        out = [(int(i), float(sc), str(via)) for i, sc, via in data["hits"]]
         asked.cos = {int(k): float(v) for k, v in (data.get("cos") or {}).items()}
-    except (ValueError, KeyError, TypeError):
+        order = [(int(i), float(k), None if lx is None else float(lx), None if c is None else float(c),
+                  str(via), bool(inj)) for i, k, lx, c, via, inj in data.get("order") or ()]
+    except (ValueError, KeyError, TypeError, AttributeError):
         asked.status = "error"
         return None
     asked.status = "semantic"
-    return out
+    return out, order
 
 
 def read_back(conn, sc, ranked: list) -> list:
@@ -145,12 +169,27 @@ def read_back(conn, sc, ranked: list) -> list:
             for i, score, via in ranked if i in by_id]
 
 
+def read_back_order(conn, sc, order: list) -> list:
+    """The fused order as Found rows, through this scope (as read_back)."""
+    if not order:
+        return []
+    got = {f.id: f for f in read_back(conn, sc, [(i, key, via) for i, key, _, _, via, _ in order])}
+    out = []
+    for i, key, lexical, cosine, via, inject in order:
+        f = got.get(i)
+        if f is not None:
+            f.lexical, f.cosine, f.key, f.inject = lexical, cosine, key, inject
+            f.score = key
+            out.append(f)
+    return out
+
+
 # --- the hook's two calls (recalld/hook/run.py's memory_items) -------------------------------
 
 
 def start(ctx, limit: int, floor: "float | None") -> "Asked | None":
     """Ask before the lexical search; None when the channel is off (`semantic_wait_ms` 0).
-    `floor` None: the whole fused order, every candidate, with the cosines."""
+    `floor` None: the whole fused order, every candidate, with the cosines (`asked.cos`)."""
     import time
 
     wait_ms = int(ctx.cfg.get("semantic_wait_ms") or 0)
@@ -163,24 +202,59 @@ def start(ctx, limit: int, floor: "float | None") -> "Asked | None":
         wait_s = min(wait_s, end - now - RESERVE_S)
     if wait_s <= 0:
         return Asked(None, "timeout", now)
-    asked = ask(ctx.hi.text, ctx.scope, limit, floor, wait_s, now)
+    local = LOCAL
+    if local is not None:  # served inside the daemon: ask its query server directly
+        try:
+            asked = Asked(None, "asked", now, local.ask(ctx.hi.text, ctx.scope, limit, floor))
+        except Exception:
+            asked = Asked(None, "error", now)
+    else:
+        asked = ask(ctx.hi.text, ctx.scope, limit, floor, wait_s, now)
     asked.t0 = now + wait_s  # from here on: the time the answer may arrive by
     return asked
 
 
-def ranked(ctx, asked: Asked, lexical: list) -> list:
-    """The daemon's fused ranking read back through this scope, or `lexical` unchanged."""
+def ranked(ctx, asked: Asked, lexical: list, hits: "list | None" = None) -> list:
+    """The daemon's fused ranking read back through this scope (what may be injected), or
+    `lexical` unchanged. `hits`: every lexical candidate (floor 0), which an in-process answer
+    fuses instead of searching again. The whole fused order is kept for `order`."""
     import time
 
-    got = answer(asked, asked.t0, time.perf_counter) if asked.sock is not None else None
+    got = None
+    if asked.job is not None:
+        try:
+            raw = asked.job.answer(ctx.conn, hits, asked.t0)
+            if raw is None:
+                asked.status = "timeout"
+                ctx.detail["semantic_ms"] = {"waited": getattr(asked.job, "waited_ms", None)}
+            else:
+                got = _parsed(asked, raw)
+                ctx.detail["semantic_ms"] = raw.get("ms")  # waited, embed, cached, fuse
+        except Exception:  # the daemon's side failed: the lexical answer stands
+            asked.status = "error"
+    elif asked.sock is not None:
+        got = answer(asked, asked.t0, time.perf_counter)
     if got is None:
         ctx.detail["recall"] = f"lexical-fallback: {asked.status}"
         return lexical
     try:
-        found = read_back(ctx.conn, ctx.scope, got)
+        found = read_back(ctx.conn, ctx.scope, got[0])
+        ctx.semantic_order = read_back_order(ctx.conn, ctx.scope, got[1])
     except Exception:  # sqlite3.Error, or ids the store cannot take: the lexical answer stands
         ctx.detail["recall"] = "lexical-fallback: error"
         return lexical
     ctx.detail["recall"] = "semantic"
     ctx.detail["via"] = [f.via for f in found]
     return found
+
+
+def order(ctx, hits: list, floor: float) -> list:
+    """The fused order of this prompt's candidates, best first, as Found rows (fields above):
+    the daemon's when it answered (`ranked`), else the lexical `hits` in their own order with
+    no cosine (`key` their ranking key, `inject` whether they pass `floor`). The tells read
+    this: the next candidates after what is injected, above a loose gate."""
+    got = getattr(ctx, "semantic_order", None)
+    if got is not None:
+        return got
+    return [Found(h.id, h.kind, h.text, h.tell, h.score, "lexical", lexical=h.score, cosine=None, key=h.rank,
+                  inject=h.score >= floor) for h in hits]

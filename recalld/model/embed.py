@@ -215,6 +215,20 @@ class Encoder:
         self.tokenizer = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(min(self.max_tokens, self.pos.shape[0]))
+        # the same pass as an onnxruntime graph when it can be built (recalld/model/onnxbert.py);
+        # RECALLD_EMBED_RUNTIME=numpy keeps the numpy pass
+        self._session, self.runtime, self.runtime_reason = None, "numpy", None
+        if os.environ.get("RECALLD_EMBED_RUNTIME", "") != "numpy":
+            try:
+                from recalld.model import onnxbert
+
+                self._session = onnxbert.session(self, int(os.environ.get("RECALLD_EMBED_THREADS") or 1))
+            except Exception as e:  # a broken onnxruntime: the numpy pass is the same arithmetic
+                self.runtime_reason = f"{type(e).__name__}: {e}"[:300]
+            if self._session is not None:
+                self.runtime = "onnxruntime"
+            elif self.runtime_reason is None:
+                self.runtime_reason = "onnxruntime or onnx not installed"
 
     def tokens(self, texts) -> list:
         """The word-piece ids of each text ([CLS] ... [SEP], cut at max_tokens)."""
@@ -249,11 +263,13 @@ class Encoder:
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = s
             mask[i, :len(s)] = 1.0
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        if self._session is not None:
+            return self._session.run(["out"], {"ids": ids, "bias": bias, "mask": mask[:, :, None]})[0]
         x = self.word[ids] + self.pos[:n] + self.type0
         x = _layer_norm(x, *self.ln0).reshape(b * n, self.dim)
         h, dh = self.heads, self.dim // self.heads
-        # padded keys get a large negative score, so softmax gives them no weight
-        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        # padded keys get a large negative score (bias, above), so softmax gives them no weight
         scale = np.float32(1 / math.sqrt(dh))
         for (qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, i_w, i_b, f_w, f_b, ln2_w, ln2_b) in self.layers:
             qkv = x @ qkv_w
