@@ -333,10 +333,15 @@ class DaemonRun:
 
 class ServingDaemon(DaemonRun):
     """The daemon with no judge and no proposer (only its hook threads matter here), up once it
-    listens for hooks."""
+    listens for hooks and, with the embedder on, has loaded it (the query channel listens): the
+    load takes a core for a few seconds, in which hook processes are not taken in 50 ms and run
+    themselves, which is start-up, not what these tests are about."""
 
     def __init__(self, sc: Scratch):
-        super().__init__(sc, lambda st: (st.get("hooks") or {}).get("listening"), what="listening for hooks")
+        def ready(st):
+            embedding = (st.get("embedder") or {}).get("enabled")
+            return (st.get("hooks") or {}).get("listening") and (not embedding or (st.get("query") or {}).get("listening"))
+        super().__init__(sc, ready, what="listening for hooks with its embedder loaded")
 
     def __enter__(self):
         path = os.path.join(self.sc.recalld_home, "settings.json")
