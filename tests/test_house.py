@@ -42,9 +42,6 @@ def test_the_grep_finds_what_it_looks_for():
     assert not any(pat.search("the issue is 3 lines long; seeded with numbers; ./shared/x") for pat in PATTERNS.values())
 
 
-@pytest.mark.xfail(strict=True, reason="the code's comments, docs/cli.md (generated from them) and the "
-                   "reference pages (architecture, capture, daemon, install, judge, security) still name "
-                   "issues, seeds and ../shared; the clean-up removes them, then this marker goes")
 def test_no_issue_numbers_seed_files_or_outside_paths():
     found = hits()
     assert not found, "say what the reference said instead:\n" + "\n".join(found)

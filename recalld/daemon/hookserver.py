@@ -41,8 +41,8 @@ READ_S = 1.0  # a client that connects and sends too little is dropped after thi
 ACK_S = 2.0  # for the hook process's K or F
 # Threads answering hook processes (settings daemon.serve_hooks, default 8). One run takes a few
 # ms; what the threads buy is that a hook process is taken at once (it runs itself when the
-# daemon has not taken it within served.CONNECT_S): with 30 sessions' hooks on 2 cores, 3 threads
-# left 221 of 1,379 runs to run themselves and 8 left 28 (recalld bench load --daemon).
+# daemon has not taken it within served.CONNECT_S). Under many sessions' hooks at once, 8 threads
+# leave few runs to run themselves (figures: docs/evaluation.md, "Hooks under load").
 THREADS = 8
 MAX_HEADER = 64 * 1024
 

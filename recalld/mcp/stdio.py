@@ -1,19 +1,18 @@
 """How `recalld mcp` starts: ready for `tools/list` before the mcp SDK has loaded.
 
-Codex sends its first model request about a second after it starts, whether or not its MCP
-servers have answered (observed with 0.171.0), and importing the mcp SDK alone took ~0.8 s of
-`recalld mcp`'s startup: recalld's tools were missing from that first request in 5 of 5 runs.
-So this module, standard library only, reads the JSON-RPC lines on stdin itself and, while the
-SDK loads in a thread, answers `initialize`, `ping` and `tools/list` from recalld/mcp/manifest.py,
-or, for a client that opens with the stateless protocol of 2026-07-28 (Claude Code 2.1.332 probes
-`server/discover` and waits for it: 2.7 s under load before this), `server/discover`, the three
-lists and the acknowledgement of `subscriptions/listen`,
-which holds the SDK's own answers for recalld's tools (generated from the SDK by
-`python3 -m recalld.mcp.stdio --write-manifest`; tests/test_mcp_startup.py fails when they drift).
-Everything else (every tool call) is the SDK's: lines are relayed to the real MCPServer of
-recalld/mcp/tools.py through a pipe, its answers written back, and once it is up every line goes to
-it. The SDK saw the client's `initialize` too (its answer is dropped), so its session is the
-client's. If the SDK cannot load, requests get a JSON-RPC error that says why.
+Clients send their first model request soon after they start, whether or not their MCP servers
+have answered, and importing the mcp SDK takes most of a second; a server that waits for it is
+missing from that first request (docs/evaluation.md, "MCP and the embedder"). So this module,
+standard library only, reads the JSON-RPC lines on stdin itself and, while the SDK loads in a
+thread, answers `initialize`, `ping` and `tools/list` from recalld/mcp/manifest.py, or, for a
+client that opens with the stateless protocol of 2026-07-28 (it probes `server/discover` and
+waits for it), `server/discover`, the three lists and the acknowledgement of
+`subscriptions/listen`. The manifest holds the SDK's own answers for recalld's tools (generated
+by `python3 -m recalld.mcp.stdio --write-manifest`; tests/test_mcp_startup.py fails when they
+drift). Everything else (every tool call) is the SDK's: lines are relayed to the real MCPServer
+of recalld/mcp/tools.py through a pipe, its answers written back, and once it is up every line
+goes to it. The SDK saw the client's `initialize` too (its answer is dropped), so its session is
+the client's. If the SDK cannot load, requests get a JSON-RPC error that says why.
 """
 
 import io
