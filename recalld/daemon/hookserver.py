@@ -235,12 +235,12 @@ class HookServer:
         if "prompt-submit" in head["argv"]:
             _prefetch(data)
         try:
-            st = hook_run.begin(head["argv"], head["env"])
+            this_run = hook_run.begin(head["argv"], head["env"])
             # the hook process's uid: without our D it writes the receipt itself under it, and the
             # store's unique uid keeps the run at one receipt whichever commits first
-            st.r["uid"] = head["uid"]
-            c.sendall(b"A %d\n" % st.deadline_ms)
-            out, after = hook_run.work(st, data, alarm=False, cwd=head["cwd"], conn=conn)
+            this_run.receipt["uid"] = head["uid"]
+            c.sendall(b"A %d\n" % this_run.deadline_ms)
+            out, after = hook_run.work(this_run, data, alarm=False, cwd=head["cwd"], conn=conn)
             body = out.encode("utf-8", "replace")
             c.sendall(b"O %d\n" % len(body) + body)
             c.settimeout(ACK_S)
@@ -260,12 +260,12 @@ class HookServer:
             self._count("dropped", error="no confirmation")
             return
         if ack == b"F\n":  # the agent never read it: the receipt must not claim a delivery
-            st.r["outcome"], st.r["error"], after = "error", "stdout", []
-            hook_run._reset_delivery(st.r)
-        st.r["detail"]["served"] = "daemon"
-        if not st.opened:  # it stopped before opening the store (bad input): the receipt still goes in
-            st.opened.append(conn)
-        hook_run.finish(st, after, keep=True)
+            this_run.receipt["outcome"], this_run.receipt["error"], after = "error", "stdout", []
+            hook_run._reset_delivery(this_run.receipt)
+        this_run.receipt["detail"]["served"] = "daemon"
+        if not this_run.opened:  # it stopped before opening the store (bad input): the receipt still goes in
+            this_run.opened.append(conn)
+        hook_run.finish(this_run, after, keep=True)
         try:
             c.sendall(b"D\n")
         except OSError:

@@ -74,8 +74,8 @@ def always_items(ctx: Ctx) -> list:
         params).fetchall()
     ctx.receipt["candidates"] += len(rows)
     ctx.receipt["above_floor"] += len(rows)
-    return [pack.Item(key=f"m:{r['id']}", source="memory", label=f"m{r['id']} {r['kind']}",
-                      body=r["text"], tell=r["tell"]) for r in rows]
+    return [pack.Item(key=f"m:{row['id']}", source="memory", label=f"m{row['id']} {row['kind']}",
+                      body=row["text"], tell=row["tell"]) for row in rows]
 
 
 def queue_items(ctx: Ctx) -> list:
@@ -100,10 +100,10 @@ def queue_items(ctx: Ctx) -> list:
     ctx.receipt["candidates"] += len(rows)
     ctx.receipt["above_floor"] += len(rows)
     # The judge's middle band (recalld/daemon/passes.py) was queued as tells: one line each.
-    return [tell_item(f"q:{r['qid']}", r["id"], r["text"], r["tell"], {"qid": r["qid"]}) if r["tier"] == "tell"
-            else pack.Item(key=f"q:{r['qid']}", source="queue", label=f"m{r['id']} {r['kind']} · judged",
-                           body=r["text"], tell=r["tell"], meta={"qid": r["qid"], "memory_id": r["id"]})
-            for r in rows]
+    return [tell_item(f"q:{row['qid']}", row["id"], row["text"], row["tell"], {"qid": row["qid"]}) if row["tier"] == "tell"
+            else pack.Item(key=f"q:{row['qid']}", source="queue", label=f"m{row['id']} {row['kind']} · judged",
+                           body=row["text"], tell=row["tell"], meta={"qid": row["qid"], "memory_id": row["id"]})
+            for row in rows]
 
 
 # Imported inside the run, not at module load: a source module that fails to import is then a
@@ -193,30 +193,30 @@ def _on_alarm(signum, frame):
     raise Deadline()
 
 
-class Run:
+class HookRun:
     """One hook run between its three parts: begin (arguments, settings, the receipt), work
     (input to output) and finish (the receipt written). In a hook process run() does all three;
     the warm daemon (recalld/daemon/hookserver.py) does them with its own store connection and
     writes the receipt only once the hook process says the output reached the agent."""
 
-    __slots__ = ("t0", "event", "agent", "cfg", "r", "deadline_ms", "end", "env", "opened")
+    __slots__ = ("t0", "event", "agent", "cfg", "receipt", "deadline_ms", "end", "env", "opened")
 
-    def __init__(self, t0, event, agent, cfg, r, deadline_ms, env):
-        self.t0, self.event, self.agent, self.cfg, self.r = t0, event, agent, cfg, r
+    def __init__(self, t0, event, agent, cfg, receipt, deadline_ms, env):
+        self.t0, self.event, self.agent, self.cfg, self.receipt = t0, event, agent, cfg, receipt
         self.deadline_ms, self.end, self.env = deadline_ms, t0 + deadline_ms / 1000, env
-        self.opened: list = []  # _work appends the store connection once it has one
+        self.opened: list = []  # _answer appends the store connection once it has one
 
 
-def begin(argv: list, env: "dict | None" = None) -> Run:
+def begin(argv: list, env: "dict | None" = None) -> HookRun:
     """Parse the arguments, read the settings, start the receipt and the deadline's clock.
     `env`: the hook process's environment when this runs elsewhere (None: this process's)."""
     t0 = time.perf_counter()
     event, agent, deadline_arg = _parse_args(argv)
-    r = receipts.new("hook", event)
+    receipt = receipts.new("hook", event)
     fell_back: list = []
     cfg = settings.load(fell_back, env)
     if fell_back:  # a bad value kept its default: say which, or the run looks like the rest
-        r["detail"]["settings_fallback"] = fell_back
+        receipt["detail"]["settings_fallback"] = fell_back
     deadline_ms = int(cfg["deadline_ms"])
     if deadline_arg:
         # the same range as the setting: 0 or garbage must not turn the deadline off
@@ -227,16 +227,16 @@ def begin(argv: list, env: "dict | None" = None) -> Run:
         if 1 <= arg <= 60_000:
             deadline_ms = arg
         else:
-            r["detail"].setdefault("settings_fallback", []).append("--deadline-ms")
-    return Run(t0, event, agent, cfg, r, deadline_ms, env)
+            receipt["detail"].setdefault("settings_fallback", []).append("--deadline-ms")
+    return HookRun(t0, event, agent, cfg, receipt, deadline_ms, env)
 
 
-def work(st: Run, stdin, *, alarm: bool = True, cwd: "str | None" = None, conn=None) -> tuple[str, list]:
+def work(this_run: HookRun, stdin, *, alarm: bool = True, cwd: "str | None" = None, conn=None) -> tuple[str, list]:
     """Input to (output, the writes that go with the receipt). Never raises: a failure is the
     receipt's outcome and an empty output. `alarm`: cut the run at its deadline with SIGALRM
     (only a main thread can; elsewhere SQLite's progress handler alone bounds it). `cwd`: the
     hook process's directory, `conn`: a store connection to use instead of opening one."""
-    r = st.r
+    receipt = this_run.receipt
     out, after = "", []
     old_handler = None
     try:
@@ -244,38 +244,38 @@ def work(st: Run, stdin, *, alarm: bool = True, cwd: "str | None" = None, conn=N
         if use_alarm:
             try:
                 old_handler = _signal.signal(_signal.SIGALRM, _on_alarm)
-                _signal.setitimer(_signal.ITIMER_REAL, st.deadline_ms / 1000)
+                _signal.setitimer(_signal.ITIMER_REAL, this_run.deadline_ms / 1000)
             except ValueError:  # not the main thread (tests, embedding): deadline by progress handler only
                 use_alarm = False
         try:
             data = stdin() if callable(stdin) else stdin
-            out, after = _work(st.event, st.agent, data, st.cfg, r, st.end, st.opened, st.env, cwd, conn)
+            out, after = _answer(this_run.event, this_run.agent, data, this_run.cfg, receipt, this_run.end, this_run.opened, this_run.env, cwd, conn)
         finally:
             if use_alarm:
                 _signal.setitimer(_signal.ITIMER_REAL, 0)
                 _signal.signal(_signal.SIGALRM, old_handler)
     except Deadline:
-        r["outcome"], r["error"], out, after = "timeout", "deadline", "", []
-        _reset_delivery(r)
+        receipt["outcome"], receipt["error"], out, after = "timeout", "deadline", "", []
+        _reset_delivery(receipt)
     except sqlite3.OperationalError as e:
-        timed_out = time.perf_counter() >= st.end or "interrupt" in str(e)
-        r["outcome"] = "timeout" if timed_out else "error"
-        r["error"] = "deadline" if timed_out else _code(e)
+        timed_out = time.perf_counter() >= this_run.end or "interrupt" in str(e)
+        receipt["outcome"] = "timeout" if timed_out else "error"
+        receipt["error"] = "deadline" if timed_out else _code(e)
         out, after = "", []
-        _reset_delivery(r)
+        _reset_delivery(receipt)
     except Exception as e:  # fail open: nothing added, the failure written down
-        r["outcome"], r["error"], out, after = "error", _code(e), "", []
-        _reset_delivery(r)
+        receipt["outcome"], receipt["error"], out, after = "error", _code(e), "", []
+        _reset_delivery(receipt)
     return out, after
 
 
-def finish(st: Run, after: list, *, close: bool = True, keep: bool = False) -> None:
+def finish(this_run: HookRun, after: list, *, close: bool = True, keep: bool = False) -> None:
     """Write the receipt (with `after`'s rows, in one transaction). Never raises. `keep`: the
     connection is the caller's (the daemon's), left open whatever the WAL's size."""
-    r = st.r
-    r["duration_ms"] = round((time.perf_counter() - st.t0) * 1000, 3)
-    conn = st.opened[0] if st.opened else None
-    if conn is None and r["outcome"] != "timeout":
+    receipt = this_run.receipt
+    receipt["duration_ms"] = round((time.perf_counter() - this_run.t0) * 1000, 3)
+    conn = this_run.opened[0] if this_run.opened else None
+    if conn is None and receipt["outcome"] != "timeout":
         # Runs that stopped before opening the store (bad input, unknown event) still
         # belong in it, so `recalld receipts` shows them beside the rest.
         try:
@@ -290,7 +290,7 @@ def finish(st: Run, after: list, *, close: bool = True, keep: bool = False) -> N
             pass
     # If the store cannot take the receipt, it goes to the fallback file and the delivery
     # rows are lost with the transaction; what was delivered is still listed in the receipt.
-    receipts.record(conn, r, (lambda c: [f(c) for f in after]) if after else None)
+    receipts.record(conn, receipt, (lambda c: [f(c) for f in after]) if after else None)
     if conn is not None and not keep and (close or _wal_bytes() > WAL_CLOSE_BYTES):
         try:
             conn.close()
@@ -304,10 +304,10 @@ def run(argv: list, stdin, *, close: bool = True) -> tuple[str, dict]:
     `stdin` is the input bytes, or a callable that reads them: the hook process passes the
     reader so that a stdin that never reaches EOF (a git hook under an agent's shell) is cut
     by the same deadline as everything else."""
-    st = begin(argv)
-    out, after = work(st, stdin)
-    finish(st, after, close=close)
-    return out, st.r
+    this_run = begin(argv)
+    out, after = work(this_run, stdin)
+    finish(this_run, after, close=close)
+    return out, this_run.receipt
 
 
 def _wal_bytes() -> int:
@@ -317,10 +317,10 @@ def _wal_bytes() -> int:
         return 0
 
 
-def _reset_delivery(r: dict) -> None:
+def _reset_delivery(receipt: dict) -> None:
     for k in ("delivered", "cut", "delivered_chars", "cut_chars"):
-        r[k] = 0
-    r["delivered_ids"] = []
+        receipt[k] = 0
+    receipt["delivered_ids"] = []
 
 
 def _code(e: BaseException) -> str:
@@ -328,24 +328,24 @@ def _code(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
-def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: list, env=None,
+def _answer(event, agent, stdin: bytes, cfg: dict, receipt: dict, end: float, opened: list, env=None,
           cwd=None, conn=None) -> tuple[str, list]:
     if event not in payloads.EVENTS:
-        r["outcome"], r["error"] = "skipped", "unknown_event"
+        receipt["outcome"], receipt["error"] = "skipped", "unknown_event"
         return "", []
     if len(stdin) > MAX_INPUT:
-        r["outcome"], r["error"] = "skipped", "input_too_large"
+        receipt["outcome"], receipt["error"] = "skipped", "input_too_large"
         return "", []
     if not stdin.strip():
         if event == "commit":
             stdin = b"{}"
         else:
-            r["outcome"], r["error"] = "skipped", "empty_input"
+            receipt["outcome"], receipt["error"] = "skipped", "empty_input"
             return "", []
     try:
         payload = jsonio.loads(stdin)
     except (ValueError, UnicodeDecodeError):
-        r["outcome"], r["error"] = "error", "bad_json"
+        receipt["outcome"], receipt["error"] = "error", "bad_json"
         return "", []
     if event == "commit" and isinstance(payload, dict) and "staged_files" not in payload:
         payload["staged_files"] = _staged_files(payload.get("cwd"))
@@ -353,25 +353,25 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
     try:
         hi = payloads.normalize(event, payload, agent)
     except payloads.BadInput as e:
-        r["outcome"], r["error"] = "error", e.code
+        receipt["outcome"], receipt["error"] = "error", e.code
         return "", []
-    r["act"] = hi.act
-    r["session"] = hi.session
-    r["agent"] = scope.resolve_agent(payload, env)
-    r["detail"]["agent_kind"] = hi.agent_kind
+    receipt["act"] = hi.act
+    receipt["session"] = hi.session
+    receipt["agent"] = scope.resolve_agent(payload, env)
+    receipt["detail"]["agent_kind"] = hi.agent_kind
     if hi.act == "boot":
         try:  # daemon.autostart: spawn it detached if not running; never waits, never raises
             from recalld.hook import autostart
 
-            r["detail"]["daemon"] = autostart.maybe_start(cfg)
+            receipt["detail"]["daemon"] = autostart.maybe_start(cfg)
         except Exception:
             pass
     if cfg.get("receipt_hash") and hi.text:
         import hashlib
 
-        r["detail"]["text_sha256"] = hashlib.sha256(hi.text.encode("utf-8", "replace")).hexdigest()
+        receipt["detail"]["text_sha256"] = hashlib.sha256(hi.text.encode("utf-8", "replace")).hexdigest()
     sc = scope.resolve(hi.cwd or cwd or os.getcwd(), payload, env)
-    r["project"] = sc.project
+    receipt["project"] = sc.project
 
     busy_ms = max(1, int((end - time.perf_counter()) * 1000) - 20)
     if conn is None:
@@ -382,7 +382,7 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
     # Receipts need not survive a power cut the way memories must; NORMAL skips one fsync.
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.set_progress_handler(lambda: 1 if time.perf_counter() > end else 0, 2000)
-    ctx = Ctx(hi, conn, cfg, sc, r)
+    ctx = Ctx(hi, conn, cfg, sc, receipt)
     ctx.end = end  # the hard deadline, which bounds the semantic wait (recalld/hook/semantic.py)
     items = []
     for source in SOURCE_ORDER:
@@ -393,40 +393,40 @@ def _work(event, agent, stdin: bytes, cfg: dict, r: dict, end: float, opened: li
         return held
     gate = getattr(ctx, "stop_block", None)  # proposal_source's optional review gate (off by default)
     if gate:
-        r["outcome"], r["delivered"], r["delivered_ids"] = "injected", 1, [gate["key"]]
-        r["detail"]["stop_gate"] = gate["key"]
+        receipt["outcome"], receipt["delivered"], receipt["delivered_ids"] = "injected", 1, [gate["key"]]
+        receipt["detail"]["stop_gate"] = gate["key"]
         out = jsonio.dumps({"decision": "block", "reason": gate["reason"]}, ensure_ascii=False) + "\n"
         return out, ctx.after_commit
     if not items:
-        r["outcome"] = "nothing"
+        receipt["outcome"] = "nothing"
         return "", ctx.after_commit
     if hi.event not in adapter_of(hi).context_events:
         # This client drops context at this event (docs/install.md): print nothing, claim
         # nothing, and leave queued items queued for an event whose context arrives.
-        r["outcome"] = "nothing"
-        r["detail"]["undelivered"] = {"event": hi.native_event, "items": [i.key for i in items]}
+        receipt["outcome"] = "nothing"
+        receipt["detail"]["undelivered"] = {"event": hi.native_event, "items": [i.key for i in items]}
         return "", ctx.after_commit
     packed = pack.pack(items, budget_for(hi, cfg), int(cfg["item_cap_chars"]))
-    _fill(r, packed)
-    r["outcome"] = "injected" if packed.shown else "nothing"
+    _fill(receipt, packed)
+    receipt["outcome"] = "injected" if packed.shown else "nothing"
     out = render_output(hi, packed.text())
-    ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
+    ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, receipt, packed))
     return out, ctx.after_commit
 
 
-def _fill(r: dict, packed) -> None:
+def _fill(receipt: dict, packed) -> None:
     c = packed.counts()
-    r["delivered"] = len(packed.delivered)
-    r["cut"] = c["cut"]
-    r["withheld"] = c["withheld"] + c["stale"]
-    r["delivered_ids"] = [p.item.key for p in packed.delivered]
-    r["delivered_chars"] = c["delivered_chars"]
-    r["cut_chars"] = c["cut_chars"]
-    r["withheld_chars"] = c["withheld_chars"]
-    r["detail"]["packed"] = packed.accounting()
+    receipt["delivered"] = len(packed.delivered)
+    receipt["cut"] = c["cut"]
+    receipt["withheld"] = c["withheld"] + c["stale"]
+    receipt["delivered_ids"] = [p.item.key for p in packed.delivered]
+    receipt["delivered_chars"] = c["delivered_chars"]
+    receipt["cut_chars"] = c["cut_chars"]
+    receipt["withheld_chars"] = c["withheld_chars"]
+    receipt["detail"]["packed"] = packed.accounting()
     if packed.told:  # shown as one line each, counted apart from what was delivered
-        r["detail"]["told"] = [f"m:{p.item.meta['memory_id']}" for p in packed.told]
-        r["detail"]["told_chars"] = c["told_chars"]
+        receipt["detail"]["told"] = [f"m:{p.item.meta['memory_id']}" for p in packed.told]
+        receipt["detail"]["told_chars"] = c["told_chars"]
 
 
 def _hold(ctx: Ctx, holds: list) -> "tuple | None":
@@ -435,28 +435,28 @@ def _hold(ctx: Ctx, holds: list) -> "tuple | None":
     retry passes: the act is held once, not once per crystal that did not fit."""
     from recalld.hook import crystal_source
 
-    hi, r = ctx.hi, ctx.receipt
+    hi, receipt = ctx.hi, ctx.receipt
     packed = pack.pack(holds, budget_for(hi, ctx.cfg), int(ctx.cfg["item_cap_chars"]))
     if not packed.delivered:
         return None  # nothing to hold the act for (stale, no room): it runs, the rest as usual
-    _fill(r, packed)
-    r["outcome"] = "injected"
-    r["detail"]["gated"] = [i.key[2:] for i in holds]
+    _fill(receipt, packed)
+    receipt["outcome"] = "injected"
+    receipt["detail"]["gated"] = [i.key[2:] for i in holds]
     session = crystal_source.gate_session(hi, ctx.scope.project if ctx.scope else None)
     keys = [i.key for i in holds]
-    ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, r, packed))
-    ctx.after_commit.append(lambda cn: crystal_source.record_holds(cn, r, session, keys))
+    ctx.after_commit.append(lambda cn: _record_delivery(cn, hi, receipt, packed))
+    ctx.after_commit.append(lambda cn: crystal_source.record_holds(cn, receipt, session, keys))
     return render_hold(hi, packed.text()), ctx.after_commit
 
 
-def _record_delivery(conn: sqlite3.Connection, hi: payloads.HookInput, r: dict, packed) -> None:
+def _record_delivery(conn: sqlite3.Connection, hi: payloads.HookInput, receipt: dict, packed) -> None:
     if not hi.session:
         return
-    now = r["time"]
-    served = [(now, hi.session, p.item.key, p.outcome, r["uid"]) for p in packed.shown]
+    now = receipt["time"]
+    served = [(now, hi.session, p.item.key, p.outcome, receipt["uid"]) for p in packed.shown]
     if served:
         conn.executemany("INSERT INTO served (time, session, item, outcome, receipt_uid) VALUES (?,?,?,?,?)", served)
-    queued = [(now, p.item.meta["qid"], hi.session, r["uid"], p.outcome)
+    queued = [(now, p.item.meta["qid"], hi.session, receipt["uid"], p.outcome)
               for p in packed.shown if p.item.source == "queue"]
     if queued:
         conn.executemany(
@@ -497,14 +497,14 @@ def main(argv: list, stdin, *, exit_process: bool = False, served: "str | None" 
     if stdin is None:
         stdin = _late
     try:
-        st = begin(argv)
+        this_run = begin(argv)
         if served:
-            st.r["detail"]["served"] = served
-        out, after = work(st, stdin)
+            this_run.receipt["detail"]["served"] = served
+        out, after = work(this_run, stdin)
         # close=False: closing the last connection checkpoints the WAL (an fsync) on every
         # prompt; the receipt is already committed, so the process exits without it (unless
         # the WAL has grown past WAL_CLOSE_BYTES).
-        finish(st, after, close=False)
+        finish(this_run, after, close=False)
         if out:
             sys.stdout.write(out)
             sys.stdout.flush()

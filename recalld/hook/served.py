@@ -239,16 +239,16 @@ def record_unconfirmed(argv: list, data: bytes, u: Unconfirmed) -> str:
         from recalld.hook import payloads
         from recalld.hook import run as hook_run
 
-        st = hook_run.begin(argv)
-        r = st.r
-        r.update(uid=u.uid, outcome="error", error="served: unconfirmed")
+        this_run = hook_run.begin(argv)
+        receipt = this_run.receipt
+        receipt.update(uid=u.uid, outcome="error", error="served: unconfirmed")
         # What reached the agent is known only as bytes: no item is counted as delivered.
-        r["detail"].update(served=f"unconfirmed: {u.why}", output_bytes=u.n, stdout="written" if u.ok else "failed")
+        receipt["detail"].update(served=f"unconfirmed: {u.why}", output_bytes=u.n, stdout="written" if u.ok else "failed")
         try:
             payload = jsonio.loads(data)
-            hi = payloads.normalize(st.event, payload, st.agent)
-            r["act"], r["session"], r["agent"] = hi.act, hi.session, scope.resolve_agent(payload)
-            r["project"] = scope.resolve(hi.cwd or os.getcwd(), payload).project
+            hi = payloads.normalize(this_run.event, payload, this_run.agent)
+            receipt["act"], receipt["session"], receipt["agent"] = hi.act, hi.session, scope.resolve_agent(payload)
+            receipt["project"] = scope.resolve(hi.cwd or os.getcwd(), payload).project
         except Exception:
             pass
         try:
@@ -256,8 +256,8 @@ def record_unconfirmed(argv: list, data: bytes, u: Unconfirmed) -> str:
             conn = db.connect(busy_ms=2000)
         except Exception:
             conn = None
-        r["duration_ms"] = None
-        return receipts.record(conn, r)
+        receipt["duration_ms"] = None
+        return receipts.record(conn, receipt)
     except Exception:
         return "error"
 
