@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,3 +65,14 @@ def refusing_load(runtime_module, note_path: str):
         return original(self, *args, **kwargs)
 
     return _load
+
+
+def wait_for(fn, timeout=30.0, step=0.1):
+    """fn()'s first true value within `timeout` seconds, else its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(step)
+    return fn()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.helpers import TRANSCRIPTS, payload, run_recalld
+from tests.helpers import TRANSCRIPTS, payload, run_recalld, wait_for
 from recalld.hook import autostart
 from recalld.daemon import passes, service as daemon
 from recalld.core import db, receipts, scope, settings
@@ -61,16 +61,6 @@ class Running:
         assert self.code == 0
         names = {t.name for t in threading.enumerate()}
         assert not names & {"recalld-loop", "recalld-passer", "recalld-turns", "recalld-judge"}
-
-
-def wait_for(fn, timeout=30.0, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(step)
-    return fn()
 
 
 def test_replay_while_running_exactly_once_with_restart_truncation_and_needs(home, tmp_path, shared_transcripts):

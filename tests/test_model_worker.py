@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TRANSCRIPTS, payload, run_recalld
+from tests.helpers import TRANSCRIPTS, payload, run_recalld, wait_for
 from recalld import store
 from recalld.core import db, receipts, scope, settings
 from recalld.daemon import models as dm
@@ -39,16 +39,6 @@ def fake(home, tmp_path, monkeypatch):
     mode.write_text("ok")
     monkeypatch.setenv("RECALLD_TEST_FAKE_MODEL", str(mode))
     return model, mode
-
-
-def wait_for(fn, timeout=30.0, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(step)
-    return fn()
 
 
 # --- the worker, driven directly ----------------------------------------------------------

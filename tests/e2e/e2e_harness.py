@@ -164,6 +164,21 @@ class Scratch:
         # hooks and MCP, and a daemon the session-start hook spawned would outlive the test.
         return self.recalld("install", agent, "--user", "--no-daemon", "--no-model-probe")
 
+    def configure(self, **over) -> None:
+        """Overlay the scratch user's settings.json (install may have written it); a dict value
+        is merged into that group."""
+        path = os.path.join(self.recalld_home, "settings.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError):
+            values = {}
+        for k, v in over.items():
+            values[k] = dict(values.get(k) or {}, **v) if isinstance(v, dict) else v
+        os.makedirs(self.recalld_home, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2)
+
     def stop_daemon(self) -> None:
         """Stops a daemon the session-start hook may have spawned (only when autostart is on:
         install ran with --no-daemon, so this is the guard against a process outliving us)."""
@@ -344,15 +359,7 @@ class ServingDaemon(DaemonRun):
         super().__init__(sc, ready, what="listening for hooks with its embedder loaded")
 
     def __enter__(self):
-        path = os.path.join(self.sc.recalld_home, "settings.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except (OSError, ValueError):
-            values = {}
-        values.update(models={"judge": "off"}, proposals={"enabled": False})
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=2)
+        self.sc.configure(models={"judge": "off"}, proposals={"enabled": False})
         return super().__enter__()
 
 

@@ -32,21 +32,6 @@ JUDGE = {"threshold": 0.0, "max_candidates": 5, "timeout_s": 30}
 READY_S = 60  # the daemon up with its judge loaded (SmolLM2-135M: a few seconds here)
 
 
-def configure(sc, **over):
-    """Overlay the scratch user's settings.json (install may have written it)."""
-    path = os.path.join(sc.recalld_home, "settings.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError):
-        values = {}
-    for k, v in over.items():
-        values[k] = dict(values.get(k) or {}, **v) if isinstance(v, dict) else v
-    os.makedirs(sc.recalld_home, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2)
-
-
 def _script(client):
     # The first command fails with the error; then the model waits, one `sleep 4` at a time
     # (at most four), until a request carries the memory: the judge's pass runs meanwhile.
@@ -65,7 +50,7 @@ def judged(request, tmp_path_factory):
     client.prepare(sc)
     mid = sc.remember(MEMORY, "--kind", "procedure")
     sc.install(client.install_as)
-    configure(sc, daemon=DAEMON, judge=JUDGE, models={"judge": None}, proposals={"enabled": False})
+    sc.configure(daemon=DAEMON, judge=JUDGE, models={"judge": None}, proposals={"enabled": False})
     s = client.stand_in(_script(client))
     try:
         up = DaemonRun(sc, lambda st: st.get("running") and (st.get("judge") or {}).get("loaded"), READY_S,

@@ -6,7 +6,6 @@ request; the receipts say `told`, then `opened`.
 """
 
 import json
-import os
 import re
 
 import pytest
@@ -23,18 +22,6 @@ FINAL = "Stored as a count of the smallest unit with its code."
 TELL_LINE = re.compile(r"\[m(\d+) tell\] Money is integer cents")
 # The semantic channel on, with room for a loaded machine (the deadline still bounds it).
 SETTINGS = {"semantic_wait_ms": 400, "deadline_ms": 1500}
-
-
-def _configure(sc):
-    path = os.path.join(sc.recalld_home, "settings.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError):
-        values = {}
-    values.update(SETTINGS, models=dict(values.get("models") or {}, judge="off"), proposals={"enabled": False})
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2)
 
 
 def _semantic_ready(n):
@@ -65,7 +52,7 @@ def told(request, tmp_path_factory):
     client.prepare(sc)
     mid = sc.remember(MEMORY, "--kind", "decision")
     sc.install(client.install_as)
-    _configure(sc)
+    sc.configure(**SETTINGS, models={"judge": "off"}, proposals={"enabled": False})
     opened: list = []
     s = client.stand_in(_script(client, opened))
     try:
