@@ -33,10 +33,10 @@ class Cand:
 
 def config(cfg: dict) -> dict:
     """The tier settings of a settings dict, with the floor for whole text."""
-    t = cfg.get("tells") or {}
-    return {"floor": float(cfg.get("floor", 0.3)), "whole": bool(t.get("whole", True)),
-            "max": int(t.get("max", 0)), "tell_floor": float(t.get("floor", 1.0)),
-            "min_cos": float(t.get("min_cos", 1.0)), "max_whole": int(cfg.get("max_results", 5))}
+    t = cfg["tells"]
+    return {"floor": float(cfg["floor"]), "whole": bool(t["whole"]), "max": int(t["max"]),
+            "tell_floor": float(t["floor"]), "min_cos": float(t["min_cos"]),
+            "max_whole": int(cfg["max_results"])}
 
 
 def choose(cands: list, tc: dict, not_told: "set | None" = None) -> tuple:

@@ -6,9 +6,9 @@ for that pass to load the encoder (it shares it: no second copy of the weights),
 on RECALLD_HOME/run/query.sock (recalld.hook.semantic says the protocol): the directory is
 made 0700 and must belong to this user, the socket is bound under a temporary name, made 0600
 and renamed into place, so there is no moment at which another user could connect. No encoder,
-no socket: the hook then sees `down` and answers lexically, as it did before this existed.
-The warm VectorIndex is filled before the socket appears (about 1 s at 100k vectors here), so no
-hook meets that first read; each request then reads only the vectors written since.
+no socket: the hook then sees `down` and answers lexically.
+The warm VectorIndex is filled before the socket appears (the first fill reads every vector), so
+no hook meets that first read; each request then reads only the vectors written since.
 
 A request names the scope the hook resolved (project, agent). The answer is computed for that
 scope only: the lexical side through core.search with that Scope, the dense side through
@@ -225,9 +225,8 @@ class QueryServer:
         self.enc = enc
         self.index = vectors.VectorIndex(enc.model, enc.dim)
         try:
-            # filled before the socket exists: the first fill reads every vector (about 1 s at
-            # 100k), which a waiting hook must not meet; later requests read only the rows
-            # written since
+            # filled before the socket exists: the first fill reads every vector, which a waiting
+            # hook must not meet; later requests read only the rows written since
             t0 = time.perf_counter()
             with self.lock:
                 self.index.refresh(conn)

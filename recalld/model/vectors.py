@@ -33,10 +33,9 @@ PAGE = 128
 _SCOPES = {"agent": 0, "project": 1, "shared": 2}
 # A partition of at least ANN_MIN_ROWS rows gets an approximate graph (usearch HNSW over int8
 # copies of its vectors) once VectorIndex.build_ann has run; its candidates are rescored
-# exactly in float32, so a graph changes only which rows are looked at, never a score. A scan
-# of 20k rows costs about 2 ms here; below that a graph buys little. ANN_OVERFETCH candidates
-# per wanted id: with 8 the exact top 20 of real embeddings was found 99.85% of the time (the
-# worst prompt 90%), with 4 98.95% (the worst 65%), for 0.06 ms more (docs/embeddings.md).
+# exactly in float32, so a graph changes only which rows are looked at, never a score. Below
+# ANN_MIN_ROWS a scan is cheap enough that a graph buys little; ANN_OVERFETCH candidates per
+# wanted id keep the exact top k nearly always (the figures: docs/embeddings.md).
 ANN_MIN_ROWS = 20_000
 ANN_OVERFETCH = 8
 ANN_CONNECTIVITY = 16
