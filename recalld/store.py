@@ -14,7 +14,7 @@ from recalld.core import receipts
 from recalld.core.db import StoreError
 from recalld.core.redact import redact
 from recalld.core.scope import SCOPES, Scope
-from recalld.core.textproc import Stemmer, aux_text
+from recalld.core.query_terms import Stemmer, aux_text
 
 KINDS = ("decision", "constraint", "fact", "procedure", "preference")
 MAX_TEXT = 8000

@@ -23,7 +23,7 @@ Sources and licences:
   sysconfig's stdlib path, less tests, site-packages and the encodings/ tables; PSF licence), cut into
   MEMORY_TOKENS-token pieces; a stem's code probability is the share of pieces holding it.
 
-Keys are the stems SQLite's porter tokenizer gives (recalld.core.textproc.Stemmer, the same
+Keys are the stems SQLite's porter tokenizer gives (recalld.core.query_terms.Stemmer, the same
 stemmer the index uses), so the search looks its query stems up directly. A stem's English
 frequency is the sum over the words sharing it ("invoice", "invoices", "invoiced"), turned into
 a per-memory probability as 1 - exp(-MEMORY_TOKENS * f). Only stems at least MIN_PROB likely
@@ -47,7 +47,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from recalld.core.textproc import Stemmer, identifier_parts, tokens  # noqa: E402
+from recalld.core.query_terms import Stemmer, identifier_parts, tokens  # noqa: E402
 
 # A memory is one to three sentences: LoCoMo's dev turns average 24 tokens (32 with the
 # date and speaker prefix), tests/test_small_store.py's hand-written memories 18.

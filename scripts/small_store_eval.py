@@ -113,7 +113,7 @@ def _lookup_us() -> float:
     """Median microseconds per prior_of() lookup, over the stems of the SUBJECTS' prompts."""
     import sqlite3
 
-    from recalld.core.textproc import Stemmer, informative, tokens
+    from recalld.core.query_terms import Stemmer, informative, tokens
     from test_small_store import SUBJECTS
 
     words = informative([w for _, p in SUBJECTS for w in tokens(p)])

@@ -8,7 +8,7 @@ import pytest
 
 from recalld.bench import ablations, common, locomo
 from recalld.core import search
-from recalld.core.textproc import Stemmer
+from recalld.core.query_terms import Stemmer
 
 
 def test_pct_is_nearest_rank_and_none_when_empty():

@@ -7,7 +7,7 @@ import shutil
 import time
 
 from recalld.capture import history
-from recalld.core import drafts
+from recalld.core import proposal_db
 from tests.helpers import TRANSCRIPTS, run_recalld
 from tests.test_proposer import Session
 
@@ -73,7 +73,7 @@ def test_history_mines_claude_and_codex_sessions_of_the_project(home, project, t
     assert out["sessions"] == 2 and out["sessions_read"] == 2 and out["failed_passes"] == 0
     assert out["proposals"] == 2 and out["sessions_per_minute"] > 0
     assert "mining 2 sessions" in res.stderr.decode()  # the progress bar (on stderr)
-    conn = drafts.connect()
+    conn = proposal_db.connect()
     texts = [r["text"] for r in conn.execute("SELECT text FROM proposals ORDER BY id")]
     assert any("Redis queue instead of SQS" in x for x in texts) and any("container start" in x for x in texts)
     # Resumable: nothing is read twice; a new turn in a session is.

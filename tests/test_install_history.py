@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from recalld.core import drafts
+from recalld.core import proposal_db
 from tests.helpers import REPO
 from tests.test_history import _env as history_env, _world
 from tests.test_review import Terminal
@@ -26,7 +26,7 @@ def _install(project, *extra) -> list:
 
 
 def _proposals(home) -> list:
-    conn = drafts.connect()
+    conn = proposal_db.connect()
     try:
         return [r["text"] for r in conn.execute("SELECT text FROM proposals ORDER BY id")]
     finally:

@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from recalld.core import drafts, receipts, scope
+from recalld.core import proposal_db, receipts, scope
 from recalld.hook import run as hook
-from recalld.capture import policies, proposals
+from recalld.capture import policies, decide
 from recalld import store
 from tests.helpers import run_recalld
 
@@ -21,7 +21,7 @@ def make_drafts(conn, project_path, texts=(TEXT,), session="sess-1", kind="const
     sc = scope.resolve(str(project_path))
     r = receipts.new("proposer", "test")
     ds = [policies.Draft(kind=kind, text=t, why="it cost a reconciliation", confidence=0.9) for t in texts]
-    return drafts.store_pass(conn, r, session=session, source="/transcripts/x.jsonl", from_line=1, to_line=9,
+    return proposal_db.store_pass(conn, r, session=session, source="/transcripts/x.jsonl", from_line=1, to_line=9,
                              boundary_id=None, window_chars=100, drafts=ds, project=sc.project,
                              agent=sc.agent, model="test-model")
 
@@ -33,27 +33,27 @@ def counts(conn):
 
 def test_approve_writes_one_memory_through_the_store(conn, project):
     pid, = make_drafts(conn, project)
-    p = proposals.get(conn, pid)
+    p = decide.get(conn, pid)
     assert p["state"] == "pending" and p["events"] == []
-    d = proposals.approve(conn, pid)
+    d = decide.approve(conn, pid)
     m = d.memory
     assert m["text"] == TEXT and m["kind"] == "constraint" and m["scope"] == "project"
     assert m["project"] == scope.resolve(str(project)).project and m["source"] == f"proposal:p{pid}"
     assert store.get(conn, m["id"]) == m
     assert [c["action"] for c in store.history(conn, m["id"], scope.resolve(str(project)))[0]["changes"]] == ["created"]
-    p = proposals.get(conn, pid)
+    p = decide.get(conn, pid)
     assert p["state"] == "approved" and p["memory_id"] == m["id"]
     assert [(e["from_state"], e["to_state"]) for e in p["events"]] == [("pending", "approved")]
 
 
 def test_edit_then_approve_writes_the_edited_memory(conn, project):
     pid, = make_drafts(conn, project)
-    d = proposals.edit(conn, pid, text="Exporter amounts are integer cents; floats lost a cent on refunds.",
+    d = decide.edit(conn, pid, text="Exporter amounts are integer cents; floats lost a cent on refunds.",
                        kind="decision", scope="shared", reason="tighter")
     assert d.proposal["state"] == "edited"
     assert d.proposal["text"] == TEXT  # the draft row is never rewritten
-    proposals.edit(conn, pid, tell="integer cents in the exporter")  # edited -> edited
-    d = proposals.approve(conn, pid, kind="constraint")
+    decide.edit(conn, pid, tell="integer cents in the exporter")  # edited -> edited
+    d = decide.approve(conn, pid, kind="constraint")
     assert d.memory["text"].startswith("Exporter amounts are integer cents")
     assert (d.memory["kind"], d.memory["scope"], d.memory["tell"]) == ("constraint", "shared",
                                                                        "integer cents in the exporter")
@@ -64,7 +64,7 @@ def test_approve_supersedes_and_reports_every_change(conn, project):
     sc = scope.resolve(str(project))
     old = store.remember(conn, "The exporter writes cents as floats.", sc, check_similar=False).memory
     pid, = make_drafts(conn, project)
-    d = proposals.approve(conn, pid, supersedes=[old["id"]])
+    d = decide.approve(conn, pid, supersedes=[old["id"]])
     assert [m["id"] for m in d.superseded] == [old["id"]]
     assert store.get(conn, old["id"])["superseded_by"] == d.memory["id"]
     assert [m["id"] for m in d.as_dict()["changed"]] == [d.memory["id"], old["id"]]
@@ -72,22 +72,22 @@ def test_approve_supersedes_and_reports_every_change(conn, project):
 
 def test_reject_needs_a_reason_and_writes_nothing(conn, project):
     pid, = make_drafts(conn, project)
-    with pytest.raises(proposals.ProposalError, match="reason"):
-        proposals.reject(conn, pid, "  ")
+    with pytest.raises(decide.ProposalError, match="reason"):
+        decide.reject(conn, pid, "  ")
     before = counts(conn)
-    d = proposals.reject(conn, pid, "already in the exporter's docstring")
+    d = decide.reject(conn, pid, "already in the exporter's docstring")
     assert d.proposal["state"] == "rejected" and d.event["reason"] == "already in the exporter's docstring"
     after = counts(conn)
     assert after["memories"] == before["memories"] and after["proposal_events"] == before["proposal_events"] + 1
 
 
 ILLEGAL = [
-    ("approved", lambda c, p: proposals.approve(c, p)),
-    ("approved", lambda c, p: proposals.reject(c, p, "late")),
-    ("approved", lambda c, p: proposals.edit(c, p, text="changed my mind about the exporter cents rule")),
-    ("rejected", lambda c, p: proposals.approve(c, p)),
-    ("rejected", lambda c, p: proposals.reject(c, p, "again")),
-    ("rejected", lambda c, p: proposals.edit(c, p, kind="fact")),
+    ("approved", lambda c, p: decide.approve(c, p)),
+    ("approved", lambda c, p: decide.reject(c, p, "late")),
+    ("approved", lambda c, p: decide.edit(c, p, text="changed my mind about the exporter cents rule")),
+    ("rejected", lambda c, p: decide.approve(c, p)),
+    ("rejected", lambda c, p: decide.reject(c, p, "again")),
+    ("rejected", lambda c, p: decide.edit(c, p, kind="fact")),
 ]
 
 
@@ -95,45 +95,45 @@ ILLEGAL = [
 def test_a_decided_proposal_never_moves_again(conn, project, terminal, move):
     pid, = make_drafts(conn, project)
     if terminal == "approved":
-        proposals.approve(conn, pid)
+        decide.approve(conn, pid)
     else:
-        proposals.reject(conn, pid, "no")
+        decide.reject(conn, pid, "no")
     before = counts(conn)
-    with pytest.raises(proposals.ProposalError, match=f"already {terminal}"):
+    with pytest.raises(decide.ProposalError, match=f"already {terminal}"):
         move(conn, pid)
     assert counts(conn) == before
     assert not conn.in_transaction
-    assert proposals.get(conn, pid)["state"] == terminal
+    assert decide.get(conn, pid)["state"] == terminal
 
 
 @pytest.mark.parametrize("call,msg", [
-    (lambda c: proposals.approve(c, 999), "p999 does not exist"),
-    (lambda c: proposals.reject(c, "p999", "x"), "p999 does not exist"),
-    (lambda c: proposals.approve(c, "m12"), "not a proposal id"),
-    (lambda c: proposals.approve(c, 1, kind="opinion"), "unknown kind"),
-    (lambda c: proposals.approve(c, 1, scope="world"), "unknown scope"),
-    (lambda c: proposals.approve(c, 1, supersedes=[77]), "m77 does not exist"),
-    (lambda c: proposals.edit(c, 1), "at least one"),
+    (lambda c: decide.approve(c, 999), "p999 does not exist"),
+    (lambda c: decide.reject(c, "p999", "x"), "p999 does not exist"),
+    (lambda c: decide.approve(c, "m12"), "not a proposal id"),
+    (lambda c: decide.approve(c, 1, kind="opinion"), "unknown kind"),
+    (lambda c: decide.approve(c, 1, scope="world"), "unknown scope"),
+    (lambda c: decide.approve(c, 1, supersedes=[77]), "m77 does not exist"),
+    (lambda c: decide.edit(c, 1), "at least one"),
 ])
 def test_bad_requests_fail_cleanly(conn, project, call, msg):
     make_drafts(conn, project)
     before = counts(conn)
-    with pytest.raises(proposals.ProposalError, match=msg):
+    with pytest.raises(decide.ProposalError, match=msg):
         call(conn)
     assert counts(conn) == before and not conn.in_transaction
-    assert proposals.get(conn, 1)["state"] == "pending"
+    assert decide.get(conn, 1)["state"] == "pending"
 
 
 def test_the_schema_itself_refuses_illegal_transitions(conn, project):
     pid, = make_drafts(conn, project)
-    proposals.reject(conn, pid, "no")
+    decide.reject(conn, pid, "no")
     with pytest.raises(sqlite3.IntegrityError, match="illegal proposal transition"):
         conn.execute("INSERT INTO proposal_events (proposal_id, time, from_state, to_state) "
                      "VALUES (?, 't', 'pending', 'rejected')", (pid,))
     with pytest.raises(sqlite3.IntegrityError):  # approved needs its memory
         conn.execute("INSERT INTO proposal_events (proposal_id, time, from_state, to_state) "
                      "VALUES (?, 't', 'rejected', 'approved')", (pid,))
-    drafts.record_boundary(conn, session="s", project="p", agent="main", origin="stop-hook", text="t")
+    proposal_db.record_boundary(conn, session="s", project="p", agent="main", origin="stop-hook", text="t")
     for sql in ("UPDATE proposal_events SET reason = 'x'", "DELETE FROM proposal_events",
                 "UPDATE proposals SET text = 'x'", "DELETE FROM proposals", "DELETE FROM proposal_passes",
                 "DELETE FROM proposal_boundaries"):
@@ -143,9 +143,9 @@ def test_the_schema_itself_refuses_illegal_transitions(conn, project):
 
 def test_edits_are_redacted(conn, project):
     pid, = make_drafts(conn, project)
-    d = proposals.edit(conn, pid, text="Deploys read GITHUB token ghp_R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s1 from CI.")
+    d = decide.edit(conn, pid, text="Deploys read GITHUB token ghp_R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s1 from CI.")
     assert "ghp_" not in d.proposal["effective"]["text"]
-    d = proposals.approve(conn, pid)
+    d = decide.approve(conn, pid)
     assert "ghp_R4nd0m" not in d.memory["text"]
 
 
@@ -154,7 +154,7 @@ def _approve_in_process(home, pid, barrier, results):
 
     os.environ["RECALLD_HOME"] = home
     from recalld.core import db as db_
-    from recalld.capture import proposals as lib
+    from recalld.capture import decide as lib
 
     c = db_.connect()
     barrier.wait()
@@ -302,7 +302,7 @@ def test_pending_drafts_reach_the_sessions_next_hooks_a_bounded_number_of_times(
     # deciding removes them from the block
     ids2 = make_drafts(conn, project, texts=("Invoices are immutable once sent, because the tax "
                                              "office requires the original numbering.",))
-    proposals.reject(conn, ids2[0], "known")
+    decide.reject(conn, ids2[0], "known")
     out, _ = hook.run(["prompt-submit"], json.dumps(prompt_payload(project)).encode())
     assert out == ""
 

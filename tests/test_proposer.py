@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.core import drafts, receipts, scope
+from recalld.core import proposal_db, receipts, scope
 from recalld.hook import run as hook
 from recalld.capture import mine, proposer
 from recalld.bench.planted import PLANTED, leaks, plant, secret_text  # one copy, shared with the benchmark
@@ -21,7 +21,7 @@ from tests.helpers import REPO, TRANSCRIPTS, run_recalld
 
 PKG = REPO / "recalld"
 # Modules that write memories (or reach code that does); the proposer must reach none of them.
-WRITERS = {"recalld.store", "recalld.capture.proposals", "recalld.cli.main", "recalld.mcp.tools"}
+WRITERS = {"recalld.store", "recalld.capture.decide", "recalld.cli.main", "recalld.mcp.tools"}
 
 
 def _imports(module: str) -> set:
@@ -61,7 +61,7 @@ def import_closure(root: str) -> dict:
 
 def test_the_proposer_has_no_import_path_to_memory_writes():
     closure = import_closure("recalld.capture.proposer")
-    assert "recalld.core.drafts" in closure and "recalld.capture.policies" in closure and "recalld.model.runtime" in closure
+    assert "recalld.core.proposal_db" in closure and "recalld.capture.policies" in closure and "recalld.model.runtime" in closure
     reached = WRITERS & set(closure)
     assert not reached, {m: closure[m] for m in reached}
     assert "<dynamic import>" not in closure  # nothing the walk cannot see
@@ -69,12 +69,12 @@ def test_the_proposer_has_no_import_path_to_memory_writes():
 
 def test_the_walk_would_notice_a_writer():
     # The same walk from the approvals module does reach the store: the check can fail.
-    assert "recalld.store" in import_closure("recalld.capture.proposals")
+    assert "recalld.store" in import_closure("recalld.capture.decide")
 
 
 def test_the_proposer_handle_cannot_write_memories(home, project):
     sc = scope.resolve(str(project))
-    c = drafts.connect()
+    c = proposal_db.connect()
     with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
         store.remember(c, "The proposer tried to write this memory directly.", sc, check_similar=False)
     for sql in ("INSERT INTO memories (text, kind, scope, project, agent, created_at, valid_from) "
@@ -88,7 +88,7 @@ def test_the_proposer_handle_cannot_write_memories(home, project):
     # It can still read memories and write drafts and receipts.
     assert c.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
     r = receipts.new("proposer", "test")
-    assert drafts.store_pass(c, r, session="s", source="x", from_line=1, to_line=2, boundary_id=None,
+    assert proposal_db.store_pass(c, r, session="s", source="x", from_line=1, to_line=2, boundary_id=None,
                              window_chars=0, drafts=[], project=sc.project, agent="main", model=None) == []
     c.close()
     plain = __import__("recalld.core.db", fromlist=["connect"]).connect()
@@ -147,11 +147,11 @@ def test_a_decision_with_its_reason_is_drafted_where_it_was_said(home, project, 
     assert "object lock" in d.text  # the reason stays with the decision
     assert f"line {said}" in d.why and "uuid u" in d.why
     assert not any("Let me look" in x.text for x in res.kept)
-    c = drafts.connect()
+    c = proposal_db.connect()
     row = c.execute("SELECT * FROM proposals WHERE text = ?", (d.text,)).fetchone()
     assert (row["window_from"], row["window_to"], row["source"]) == (said, said, str(t.path.resolve()))
     # The block the agent sees at its next step says where each draft came from.
-    shown = drafts.pending_for_session(c, "s-test")
+    shown = proposal_db.pending_for_session(c, "s-test")
     from recalld.hook import proposal_source
 
     body = proposal_source._item("pb:1", shown).body
@@ -309,7 +309,7 @@ def test_no_model_output_can_fail_a_pass(home, project, tmp_path):
     res = _pass(t.path, runtime=model)
     assert res.outcome == "stored" and res.error is None and model.calls == 1
     assert res.model_error.startswith("RuntimeError") and res.judged == 0
-    rec = receipts.read(drafts.connect(), source="proposer")[0]
+    rec = receipts.read(proposal_db.connect(), source="proposer")[0]
     assert rec["outcome"] == "stored" and rec["detail"]["model_error"] == res.model_error
 
 
@@ -339,7 +339,7 @@ def test_the_receipt_says_what_the_pass_read_drafted_and_rejected(home, project,
     t.agent("We use ruff instead of flake8 because it is one tool for lint and format.")
     t.agent("Short.", end=True)
     res = _pass(t.path)
-    c = drafts.connect()
+    c = proposal_db.connect()
     rec = receipts.read(c, source="proposer")[0]
     d = rec["detail"]
     assert (d["from_line"], d["to_line"], d["statements"], d["mined"], d["drafts"]) == (
@@ -368,8 +368,8 @@ def test_without_a_model_the_pass_ranks_by_cues_and_says_why(home, shared_transc
     path = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
     res = proposer.run_pass(str(path), origin="cli")
     assert res.outcome in ("stored", "nothing") and "disabled" in res.model_error and res.judged == 0
-    c = drafts.connect()
-    assert drafts.cursor(c, str(path.resolve())) == res.to_line  # read: the cues drafted from it
+    c = proposal_db.connect()
+    assert proposal_db.cursor(c, str(path.resolve())) == res.to_line  # read: the cues drafted from it
     rec = receipts.read(c, source="proposer")
     assert "disabled" in rec[0]["detail"]["model_error"]
     c.close()
@@ -413,7 +413,7 @@ def test_a_pass_over_a_real_transcript(home, runtime, shared_transcripts):
         on_line = policies._norm(" ".join(e.text for e in events if e.line_no == d.line))
         assert policies._norm(d.text if d.role != "error" else d.text.split(" → ")[0].split("`: ", 1)[-1]) \
             in on_line, (d.line, d.text)
-    c = drafts.connect()
+    c = proposal_db.connect()
     rows = [dict(r) for r in c.execute("SELECT * FROM proposals ORDER BY id")]
     assert [r["id"] for r in rows] == res.stored_ids
     assert all(r["session"] == res.session and r["model"] == runtime.name for r in rows)
@@ -435,8 +435,8 @@ def test_the_daemon_turn_end_hook_runs_the_same_pass(home, runtime, shared_trans
     assert res.outcome == "stored", res.error
     assert any(d.role == "error" and "TS2307" in d.text for d in res.kept), [d.text for d in res.kept]
     assert res.window_events == len(turn) and res.to_line == max(e.line_no for e in turn)
-    c = drafts.connect()
-    assert drafts.cursor(c, str(path.resolve())) == res.to_line
+    c = proposal_db.connect()
+    assert proposal_db.cursor(c, str(path.resolve())) == res.to_line
     assert receipts.read(c, source="proposer")[0]["hook"] == "daemon"
     c.close()
 

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from recalld.capture import policies
-from recalld.capture import proposals as lib
-from recalld.core import db, drafts, receipts, scope
+from recalld.capture import decide as lib
+from recalld.core import db, proposal_db, receipts, scope
 from recalld.cli.review import PROMPT
 from tests.helpers import REPO, run_recalld
 
@@ -27,13 +27,13 @@ TEXTS = [("decision", "We pin sqlite to 3.45 because 3.46 changed the FTS5 token
 @pytest.fixture
 def seeded(home, project):
     sc = scope.resolve(str(project))
-    conn = drafts.connect()
+    conn = proposal_db.connect()
     ds = []
     for i, (kind, text) in enumerate(TEXTS):
         d = policies.Draft(kind=kind, text=text, why="a test draft", confidence=0.9)
         d.line, d.role = 10 + i, "agent"
         ds.append(d)
-    ids = drafts.store_pass(conn, receipts.new("proposer", "test"), session="s-review", source="/x/session.jsonl",
+    ids = proposal_db.store_pass(conn, receipts.new("proposer", "test"), session="s-review", source="/x/session.jsonl",
                             from_line=1, to_line=20, boundary_id=None, window_chars=100, drafts=ds,
                             project=sc.project, agent=sc.agent, model="test")
     conn.close()

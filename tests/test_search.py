@@ -12,7 +12,7 @@ from recalld.core import scope, search as search_mod, settings
 from recalld import store
 from recalld.core.scope import Scope
 from recalld.core.search import analyse, search
-from recalld.core.textproc import identifier_parts, within_edits
+from recalld.core.query_terms import identifier_parts, within_edits
 
 FLOOR = settings.DEFAULTS["floor"]
 
@@ -184,7 +184,7 @@ def test_term_stats_match_the_fts_vocabulary(conn, sc, ids):
 
 
 def test_stop_stems_are_the_stopwords_stemmed(conn):
-    from recalld.core.textproc import STOP_STEMS, STOPWORDS, Stemmer
+    from recalld.core.query_terms import STOP_STEMS, STOPWORDS, Stemmer
 
     assert STOP_STEMS == {s for s in Stemmer(conn).stem_each(sorted(STOPWORDS)) if s}
 

@@ -19,7 +19,7 @@ from recalld import store
 from recalld.core import scope, search as search_mod, settings, tiers
 from recalld.core.scope import Scope
 from recalld.core.search import analyse, search
-from recalld.core.textproc import STOP_STEMS, Stemmer
+from recalld.core.query_terms import STOP_STEMS, Stemmer
 
 FLOOR = settings.DEFAULTS["floor"]
 MAX_RESULTS = settings.DEFAULTS["max_results"]

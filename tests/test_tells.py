@@ -6,7 +6,7 @@ import types
 
 from recalld import store
 from recalld.cli.main import cli
-from recalld.core import pack, receipts, scope, settings, tiers
+from recalld.core import packer, receipts, scope, settings, tiers
 from recalld.daemon import passes
 from recalld.hook import run as hook
 from tests.helpers import run_recalld
@@ -53,15 +53,15 @@ def test_a_tell_line_is_one_clause_cut_on_a_word_with_its_id_and_how_to_open_it(
 
 
 def test_the_packer_places_a_tell_whole_or_not_at_all_and_counts_it_apart():
-    told = pack.Item("m:2", "memory", "m2 tell", "x" * 100, meta={"tier": "tell", "memory_id": 2})
-    whole = pack.Item("m:1", "memory", "m1 fact", "y" * 300)
-    p = pack.pack([whole, told], 1000)
+    told = packer.Item("m:2", "memory", "m2 tell", "x" * 100, meta={"tier": "tell", "memory_id": 2})
+    whole = packer.Item("m:1", "memory", "m1 fact", "y" * 300)
+    p = packer.pack([whole, told], 1000)
     assert [x.outcome for x in p.placed] == ["whole", "told"]
     assert [x.item.key for x in p.delivered] == ["m:1"] and [x.item.key for x in p.told] == ["m:2"]
     c = p.counts()
     assert c["told"] == 1 and c["told_chars"] == len(told.render()) + 1
     assert c["delivered_chars"] == len(whole.render()) + 1
-    p = pack.pack([whole, told], 350)  # no room left for the line: withheld, never cut
+    p = packer.pack([whole, told], 350)  # no room left for the line: withheld, never cut
     assert [x.outcome for x in p.placed] == ["whole", "withheld"]
 
 

@@ -27,7 +27,7 @@ import sys
 
 from recalld.bench import locomo
 from recalld.core import search as S
-from recalld.core.textproc import Stemmer
+from recalld.core.query_terms import Stemmer
 
 SHIPPED = "shipped: coverage (thread context 0.8 / 0.4) + 0.15 bm25 + 0.2 subject label"
 CANDIDATE_COUNTS = (20, 40, 100, 200)

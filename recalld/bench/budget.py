@@ -4,7 +4,7 @@
 
 For character budgets from 500 to 8,000: the share of answerable LoCoMo questions (categories
 1-4) whose evidence memory is delivered by the pre-step (through the hook's own memory source
-and recalld.pack.pack: delivered whole, or cut/told with the answer inside what was delivered),
+and recalld.core.packer.pack: delivered whole, or cut/told with the answer inside what was delivered),
 at the default floor and max_results, and with max_results raised to 20 (what budget alone
 buys). The unlimited-budget ceiling is search's own recall above the floor. With crystals
 (recalld/core/crystals.py): the share of marked claims that do not reach the model per budget,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from recalld.bench import crystal_budget, locomo
 from recalld.bench.common import source_root
-from recalld.core import crystals, pack, settings
+from recalld.core import crystals, packer, settings
 from recalld.hook import crystal_source
 
 BUDGETS = (500, 1000, 2000, 3000, 4000, 6000, 8000)
@@ -76,7 +76,7 @@ def crystal_curve(budgets, directory=None) -> dict:
     cap = int(settings.DEFAULTS["item_cap_chars"])
     withheld, told = {}, {}
     for b in budgets:
-        placed = pack.pack(items, b, cap).placed
+        placed = packer.pack(items, b, cap).placed
         got = sum(claims[p.item.key] - p.cut_claims for p in placed if p.outcome in ("whole", "cut"))
         withheld[str(b)] = round(1 - got / total, 3)
         told[str(b)] = sum(1 for p in placed if p.outcome == "tell")

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from recalld.bench import crystals as generated
-from recalld.core import crystals, pack
+from recalld.core import crystals, packer
 from recalld.hook import crystal_source
 
 BUDGETS = (1000, 2000, 4000, 8000, 16000)
@@ -34,10 +34,10 @@ def curve(budgets=BUDGETS, n_acts: int = 200, cap: int = 2000) -> dict:
             for i, text in enumerate(texts):
                 matched = index.match("bash", text)
                 items, _ = crystal_source.to_items(crystal_source.order(matched, stats))
-                packed = pack.pack(items, budget, cap)
+                packed = packer.pack(items, budget, cap)
                 n_over += packed.accounting()["over_budget"]
                 for p in packed.placed:
-                    n = pack.count_claims(p.item.body)
+                    n = packer.count_claims(p.item.body)
                     claims += n
                     if p.outcome in ("withheld", "stale", "tell"):
                         lost += n

@@ -130,7 +130,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     hook_ms, bare_ms = t["hook"], t["bare"]
 
     from recalld import crystal_admin
-    from recalld.core import crystals, db, pack, receipts
+    from recalld.core import crystals, db, packer, receipts
     from recalld.hook import crystal_source, payloads
 
     conn = db.connect()
@@ -151,7 +151,7 @@ def _run(quick: bool, tmp: Path) -> dict:
         idx = crystals.load_for(str(project))
         items, _ = crystal_source.candidates(idx, hi, conn, str(project))
         t1 = time.perf_counter()
-        pack.pack(items, 4000, 2000)
+        packer.pack(items, 4000, 2000)
         t2 = time.perf_counter()
         source_ms.append((t1 - t0) * 1000)
         pack_ms.append((t2 - t1) * 1000)
@@ -161,7 +161,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     tail_claims = 0
     for c in over_cap:
         full = f"[crystal {c.id}] {crystals.essence(c)}"
-        tail_claims += pack.cut(full, 2000)[2] > 0
+        tail_claims += packer.cut(full, 2000)[2] > 0
     m = statistics.median
     figures = {
         "crystals": len(index.crystals), "runs": n_runs,

@@ -88,7 +88,7 @@ def _store(venv: Path, base: Path, n: int, project: Path) -> tuple:
         return home, None
     shutil.rmtree(home, ignore_errors=True)
     env = dict(os.environ, RECALLD_HOME=str(home))
-    code = ("import sys; from pathlib import Path; from recalld.bench.core import build_store; "
+    code = ("import sys; from pathlib import Path; from recalld.bench.scale import build_store; "
             f"print(build_store(Path({str(home)!r}), {n}, {str(project)!r}))")
     secs = float(_py(venv, code, env).strip().splitlines()[-1])
     _py(venv, f"from recalld import crystal_admin; from recalld.core import scope; crystal_admin.trust_project(scope.resolve_project({str(project)!r}))", env)

@@ -106,7 +106,7 @@ def run(quick: bool = False, clients: int = 30, seconds: float = 30.0, memories:
 
 
 def _run(quick, clients, seconds, memories, trace, keep, daemon=False) -> dict:
-    from recalld.bench.core import build_store
+    from recalld.bench.scale import build_store
     from recalld.install.plan import ensure_bytecode
 
     if quick:

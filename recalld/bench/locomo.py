@@ -31,7 +31,7 @@ from pathlib import Path
 
 from recalld import store
 from recalld.bench.common import Unavailable, locomo_path, pct
-from recalld.core import db, pack, receipts, settings
+from recalld.core import db, packer, receipts, settings
 from recalld.core.scope import Scope
 from recalld.core.search import search
 from recalld.hook import payloads
@@ -310,7 +310,7 @@ def budget_curve(conn, maps: dict, convs: list, budgets=(500, 1000, 2000, 3000, 
                 items = prestep_items(conn, q.question, sc, c)
                 ev = {f"m:{dia2id[d]}" for d in q.evidence}
                 for b in budgets:
-                    packed = pack.pack(items, hook.budget_for(_prompt_input(), {**c, "budget_chars": b}),
+                    packed = packer.pack(items, hook.budget_for(_prompt_input(), {**c, "budget_chars": b}),
                                        int(c["item_cap_chars"]))
                     counts[b] += reached(packed.placed, ev, q.answer)
         out[label] = {str(b): round(counts[b] / n, 3) if n else None for b in budgets}

@@ -37,7 +37,7 @@ from recalld.bench.common import Unavailable, source_root
 
 # Every benchmark, in the order a full run takes them: recall quality, latency, crystals, the
 # background pass, capture. Each is recalld/bench/NAME.py.
-BENCHMARKS = ("locomo", "search", "budget", "ablations", "core", "load", "hookcost", "crystals", "crystal_budget",
+BENCHMARKS = ("locomo", "search", "budget", "ablations", "scale", "load", "hookcost", "crystals", "crystal_budget",
               "rerank", "judge", "daemon", "embed", "semantic", "tells", "proposer", "capture", "team")
 
 

@@ -31,7 +31,7 @@ from recalld.bench.common import interleaved, load_average, pct
 from recalld.core import db, settings
 from recalld.core.scope import Scope
 from recalld.core.search import search
-from recalld.core.textproc import STOPWORDS
+from recalld.core.query_terms import STOPWORDS
 
 FLOOR = float(settings.DEFAULTS["floor"])
 PROJECTS = ["/src/ledgerly", "/src/ledgerly-web", "/src/infra", "/src/dotfiles", "/src/scratch"]

@@ -429,7 +429,7 @@ def _other_project(conn, enc, tmp: Path, prompts, n: int, rounds: int) -> dict:
 
 
 def latency(enc, quick: bool = False) -> dict:
-    from recalld.bench import core, synth
+    from recalld.bench import scale, synth
     from recalld.core import db, settings
     from recalld.core.scope import Scope
     from recalld.daemon.query import QueryServer

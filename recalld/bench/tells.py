@@ -96,7 +96,7 @@ def collect(enc, tmp: Path) -> tuple:
     and, when answerable, in the next project's (`unrelated`)."""
     from recalld import store
     from recalld.bench.semantic import Lex
-    from recalld.core import db, pack, tiers
+    from recalld.core import db, packer, tiers
     from recalld.core.scope import Scope
     from recalld.core.search import search
     from recalld.daemon.query import DENSE_K, fuse
@@ -117,9 +117,9 @@ def collect(enc, tmp: Path) -> tuple:
 
     def lengths(mid):
         kind, text, tell, _ = mems[mid]
-        whole = pack.Item(f"m:{mid}", "memory", f"m{mid} {kind}", text, tell).render()
+        whole = packer.Item(f"m:{mid}", "memory", f"m{mid} {kind}", text, tell).render()
         label = f"m{mid} tell"
-        told = pack.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell)).render()
+        told = packer.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell)).render()
         return min(len(whole), 2000) + 1, len(told) + 1
 
     def cands(text, sc, q):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from recalld import agents
 from recalld.capture import proposer
-from recalld.core import drafts
+from recalld.core import proposal_db
 
 IDLE_S = 600
 HEAD_LINES = 400  # lines read to learn a transcript's project (its first cwd)
@@ -130,9 +130,9 @@ def mine_session(session: Session, *, runtime=None, cfg: "dict | None" = None, c
     t0 = time.perf_counter()
     out = Mined(path=session.path)
     own = conn is None
-    conn = conn or drafts.connect()
+    conn = conn or proposal_db.connect()
     try:
-        cursor = drafts.cursor(conn, os.path.realpath(session.path))
+        cursor = proposal_db.cursor(conn, os.path.realpath(session.path))
         out.skipped_lines = cursor
         turns, cur = [], []
         for ev in transcripts.parse_file(session.path):

@@ -12,7 +12,7 @@ said on, for the agent to approve, edit or reject. One receipt per pass, whateve
 what it read, drafted, rejected and why.
 
 This module cannot write a memory: it imports nothing that does (no recalld.store, no
-recalld.capture.proposals), and its database handle (drafts.connect) has an authorizer that
+recalld.capture.decide), and its database handle (proposal_db.connect) has an authorizer that
 refuses writes to the memory tables. tests/test_proposer.py walks the import graph to keep it so.
 
 The daemon runs `run_pass` at each turn end; `recalld propose --transcript FILE` runs the same
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from recalld.agents.base import Event
 from recalld.capture import mine, policies
-from recalld.core import drafts, receipts, settings
+from recalld.core import proposal_db, receipts, settings
 
 ROLE = "proposer"
 WHY_MAX = 160
@@ -195,7 +195,7 @@ def run_pass(transcript: "str | None" = None, *, session: "str | None" = None, o
     own = conn is None
     try:
         if own:
-            conn = drafts.connect(db_path)
+            conn = proposal_db.connect(db_path)
         _pass(conn, res, r, transcript, whole, complete_turns, events, pc, cfg, runtime)
     except Exception as e:
         res.outcome, res.error = "error", _error_code(e)
@@ -231,7 +231,7 @@ def _fill_receipt(r: dict, res: PassResult) -> None:
 
 def _events_of(conn, res: PassResult, transcript, whole, complete_turns, given) -> "tuple | None":
     """(events, from_line - 1, to_line) of this pass; None when the pass ends here (res says why)."""
-    start = 0 if whole else drafts.cursor(conn, res.source)
+    start = 0 if whole else proposal_db.cursor(conn, res.source)
     if given is not None:
         # The daemon delivers each turn's events once; a subagent's turn can end inside the
         # main turn in the same file, so the line cursor must not filter them.
@@ -261,10 +261,10 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     if got is None:
         return
     events, start, to_line = got
-    boundaries = drafts.boundaries_since(conn, res.session, drafts.last_boundary(conn, res.session))
+    boundaries = proposal_db.boundaries_since(conn, res.session, proposal_db.last_boundary(conn, res.session))
     if not transcript:
         to_line = max((b["id"] for b in boundaries), default=start)
-        start = drafts.last_boundary(conn, res.session)
+        start = proposal_db.last_boundary(conn, res.session)
     res.from_line, res.to_line = start + 1, to_line
     res.boundaries = len(boundaries)
     boundary_id = max((b["id"] for b in boundaries), default=None)
@@ -278,7 +278,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
 
     def consume(kept: list) -> None:
         _fill_receipt(r, res)
-        res.stored_ids = drafts.store_pass(
+        res.stored_ids = proposal_db.store_pass(
             conn, r, session=res.session, source=res.source, from_line=res.from_line, to_line=res.to_line,
             boundary_id=boundary_id, window_chars=res.window_chars, drafts=kept, project=project or "",
             agent=agent, model=res.model)
@@ -292,7 +292,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
         res.outcome, res.error = "skipped", "no project: the turn names no cwd"
         return
     ranked = res.ranked = _rank(mined, res, pc, cfg, runtime)
-    memories, pending = drafts.memory_texts(conn, project, agent), drafts.pending_texts(conn, project)
+    memories, pending = proposal_db.memory_texts(conn, project, agent), proposal_db.pending_texts(conn, project)
     limit = _slots(mined, pc)
     res.drafts = [_draft(sp) for sp in ranked]
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,

@@ -2,9 +2,9 @@
 measure and trust crystals.
 
 The library work lives in recalld.core.crystals, recalld.core.trust, recalld.hook.crystal_source
-and recalld.core.pack; this module only reads (the store read-only, receipts, crystal files),
+and recalld.core.packer; this module only reads (the store read-only, receipts, crystal files),
 except `trust`/`untrust`, which append to the trust log. Essences are printed through
-fence.as_data, as the hook delivers them: an agent may be the one reading this output.
+untrusted.as_data, as the hook delivers them: an agent may be the one reading this output.
 """
 
 import json
@@ -15,7 +15,7 @@ import click
 
 from recalld.hook import crystal_source, payloads
 from recalld import crystal_admin
-from recalld.core import crystals, fence, pack, paths, receipts, scope, settings, trust
+from recalld.core import crystals, untrusted, packer, paths, receipts, scope, settings, trust
 from recalld.crystal_admin import stats  # the `stats` command's figures (also the benchmark's)
 
 SHORT_KEY = 3
@@ -59,7 +59,7 @@ def dry_run(act: str, text: str, cwd: "str | None" = None, session: "str | None"
     index = crystals.load_for(project)
     items, detail = crystal_source.candidates(index, hi, conn, project)
     budget = budget_for(hi, cfg)
-    packed = pack.pack(items, budget, int(cfg["item_cap_chars"]))
+    packed = packer.pack(items, budget, int(cfg["item_cap_chars"]))
     return {"act": act, "project": project, "budget": budget, "cap": int(cfg["item_cap_chars"]),
             "crystals": detail, "accounting": packed.accounting(), "text": packed.text(),
             "placed": [{"id": p.item.key[2:], "keys": p.item.meta.get("keys", []), "outcome": p.outcome,
@@ -139,9 +139,9 @@ def lint(index: crystals.Index, cfg: dict, recs: "list | None" = None, share: fl
         if c.is_stale():
             probs.append(_problem("warning", "stale", f"stale since {c.stale_after}: withheld on every act", c))
         body = crystals.essence(c) or ""
-        full = pack.Item(c.key, "crystal", f"crystal {c.id}", body).render()
+        full = packer.Item(c.key, "crystal", f"crystal {c.id}", body).render()
         if len(full) > cap:
-            _, cut_chars, lost = pack.cut(full, cap)
+            _, cut_chars, lost = packer.cut(full, cap)
             probs.append(_problem("warning", "over_cap", f"essence renders to {len(full)} chars, over the "
                                   f"{cap}-char cap: {cut_chars} chars and {lost} marked claim(s) are cut "
                                   "unless it alone wins the act", c))
@@ -252,7 +252,7 @@ def register(cli):
         for r in rows:
             flags = ((" STALE" if r["stale"] else "") + ("" if r["tell"] else " no-tell")
                      + ("" if r["trusted"] else " UNTRUSTED"))
-            click.echo(fence.as_data(f"{r['id']:32} {r['origin']:7} on={','.join(r['on']):16} {r['essence_chars']:>5} "
+            click.echo(untrusted.as_data(f"{r['id']:32} {r['origin']:7} on={','.join(r['on']):16} {r['essence_chars']:>5} "
                                      f"chars {r['claims']} claim(s){flags}  match: {', '.join(r['match'])}"))
         for f in fails:
             click.echo(f"{'UNPARSEABLE' if f['code'] == 'unparseable' else 'SKIPPED'} {f['path']}: {f['reason']}")
@@ -276,17 +276,17 @@ def register(cli):
                     raise Fail(f"crystal {crystal_id!r} does not parse ({f.path}): {f.reason}")
             raise Fail(f"no crystal {crystal_id!r} (see `recalld crystals list`)")
         raw = crystals.essence(c)
-        body = fence.as_data(raw) if raw is not None else None
+        body = untrusted.as_data(raw) if raw is not None else None
         if as_json:
             echo_json({"id": c.id, "origin": c.origin, "path": c.path, "on": list(c.on), "match": list(c.match),
-                       "tell": fence.as_data(c.tell) or None, "stale_after": c.stale_after, "stale": c.is_stale(),
+                       "tell": untrusted.as_data(c.tell) or None, "stale_after": c.stale_after, "stale": c.is_stale(),
                        "essence": body, "essence_chars": len(raw or ""), "claims": c.claims, "trusted": trusted})
             return
-        click.echo(fence.as_data(f"{c.id} ({c.origin}) {c.path}"))
+        click.echo(untrusted.as_data(f"{c.id} ({c.origin}) {c.path}"))
         if not trusted:
             click.echo("  UNTRUSTED: its folder is not trusted, so the hook does not deliver it "
                        f"(`recalld crystals trust {_shell(_project(cwd))}` once you have read it)")
-        click.echo(fence.as_data(f"  on: {', '.join(c.on)}\n  match: {', '.join(c.match)}\n  tell: {c.tell or '-'}"))
+        click.echo(untrusted.as_data(f"  on: {', '.join(c.on)}\n  match: {', '.join(c.match)}\n  tell: {c.tell or '-'}"))
         click.echo(f"  stale_after: {c.stale_after or '-'}{'  (STALE: withheld)' if c.is_stale() else ''}")
         click.echo(f"  essence: {len(raw or '')} chars, {c.claims} marked claim(s)\n")
         click.echo(body or "(the file no longer parses)")
@@ -320,8 +320,8 @@ def register(cli):
             extra = ""
             if p["outcome"] == "cut":
                 extra = f" (cut {p['cut_chars']} chars, {p['cut_claims']} marked claim(s) in the cut tail)"
-            click.echo(f"  {p['outcome']:8} {fence.as_data(p['id']):32} {p['delivered_chars']:>5}/{p['wanted_chars']:<5} "
-                       f"keys: {fence.as_data(', '.join(p['keys'])) or '-'}{extra}")
+            click.echo(f"  {p['outcome']:8} {untrusted.as_data(p['id']):32} {p['delivered_chars']:>5}/{p['wanted_chars']:<5} "
+                       f"keys: {untrusted.as_data(', '.join(p['keys'])) or '-'}{extra}")
         if res["crystals"]["failed"]:
             click.echo(f"  ({res['crystals']['failed']} unparseable or skipped file(s): `recalld crystals lint`)")
         if res["crystals"].get("untrusted_indexed"):

@@ -1,13 +1,13 @@
 """`recalld proposals list|show|approve|edit|reject|review|bulk` and `recalld propose
 --transcript FILE | --history`, plus the same decisions as MCP tools. Thin: the work is in
-recalld.capture.proposals (decisions), recalld.capture.proposer (the pass),
+recalld.capture.decide (decisions), recalld.capture.proposer (the pass),
 recalld.capture.history (past sessions) and recalld.cli.review (the walk)."""
 
 import os
 
 import click
 
-from recalld.capture import proposals as lib
+from recalld.capture import decide as lib
 from recalld import store
 
 KINDS = list(store.KINDS)
@@ -63,7 +63,7 @@ def register(cli):
     @proposals.command("list")
     @click.option("--state", type=click.Choice(STATE_CHOICES), default="open", show_default=True)
     @click.option("--session", help="Only drafts from this session.")
-    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's proposals.")
     @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
     @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
     @click.option("--json", "as_json", is_flag=True)
@@ -173,7 +173,7 @@ def register(cli):
     @click.option("--kind", type=click.Choice(KINDS), help="Only drafts of this kind.")
     @click.option("--older-than", "older_than", metavar="AGE", help="Only drafts older than this (30d, 12h, 2w).")
     @click.option("--session", help="Only drafts from this session.")
-    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's proposals.")
     @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
     @click.option("--from-start", is_flag=True, help="Start at the oldest draft, not after the last one shown.")
     def review_cmd(kind, older_than, session, all_projects, cwd, from_start):
@@ -200,7 +200,7 @@ def register(cli):
     @click.option("--kind", type=click.Choice(KINDS), help="Only drafts of this kind.")
     @click.option("--older-than", "older_than", metavar="AGE", help="Only drafts older than this (30d, 12h, 2w).")
     @click.option("--session", help="Only drafts from this session.")
-    @click.option("--all-projects", is_flag=True, help="Not only this project's drafts.")
+    @click.option("--all-projects", is_flag=True, help="Not only this project's proposals.")
     @click.option("--cwd", type=click.Path(file_okay=False), help="Resolve the project from here.")
     @click.option("--reason", help="Why (required to reject).")
     @click.option("--dry-run", is_flag=True, help="Only list what would be decided.")
@@ -224,7 +224,7 @@ def register(cli):
                     click.echo(fmt_proposal(p))
                 click.echo(f"{len(rows)} pending drafts match" + ("" if dry_run else "; nothing to do"))
             return
-        if not yes and not click.confirm(f"{action} {len(rows)} drafts?", default=False, err=True):
+        if not yes and not click.confirm(f"{action} {len(rows)} proposals?", default=False, err=True):
             raise Fail("nothing changed")
         decided, errors = [], []
         for p in rows:
@@ -239,7 +239,7 @@ def register(cli):
         if as_json:
             echo_json({"action": action, "matched": [p["id"] for p in rows], "decided": decided, "errors": errors})
         else:
-            click.echo(f"{action}d {len(decided)} of {len(rows)} drafts" + (f"; {len(errors)} failed" if errors else ""))
+            click.echo(f"{action}d {len(decided)} of {len(rows)} proposals" + (f"; {len(errors)} failed" if errors else ""))
             for e in errors:
                 click.echo(f"  {e}")
         if errors:
@@ -302,12 +302,12 @@ def mine_history(sessions: list, project, cfg: dict, since=None) -> dict:
     import time
 
     from recalld.capture import history
-    from recalld.core import drafts
+    from recalld.core import proposal_db
 
     runtime = _history_runtime(cfg)
     t0 = time.perf_counter()
     results = []
-    dconn = drafts.connect()
+    dconn = proposal_db.connect()
     try:
         with click.progressbar(sessions, label=f"mining {len(sessions)} sessions", file=sys.stderr,
                                item_show_func=lambda s: os.path.basename(s.path)[:40] if s else None) as bar:

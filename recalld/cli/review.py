@@ -3,7 +3,7 @@
 One key per decision (a, e, r, s, q; Enter after it when stdin is not a terminal): approve
 writes the memory, edit opens the draft in $EDITOR (then the same draft is asked again, so an
 edit is followed by approve or reject), reject asks for the reason, skip leaves it pending,
-quit stops. Every decision is durable when it is made (recalld.capture.proposals), so quitting
+quit stops. Every decision is durable when it is made (recalld.capture.decide), so quitting
 loses nothing; the walk also remembers the last draft it showed per project (review.json under
 RECALLD_HOME), and the next review starts after it, coming back to the skipped ones last.
 """
@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from recalld.capture import proposals as lib
+from recalld.capture import decide as lib
 from recalld.core import paths
 
 KEYS = {"a": "approve", "e": "edit", "r": "reject", "s": "skip", "q": "quit"}

@@ -42,7 +42,7 @@ import stat
 import time
 
 from recalld.core import crystal_cache, paths, trust
-from recalld.core.pack import CLAIM_MARKERS
+from recalld.core.packer import CLAIM_MARKERS
 
 ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")
 FIELDS = ("on", "match", "tell", "stale_after", "deliver")

@@ -12,7 +12,7 @@ import os
 import _sqlite3 as sqlite3  # the C module: the package's dbapi2 imports datetime (the hook)
 
 from recalld.core.scope import Scope
-from recalld.core.textproc import (STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, subject_span,
+from recalld.core.query_terms import (STOP_STEMS, Stemmer, identifier_parts, informative, other_forms, subject_span,
                                    tokens, within_edits)
 
 MAX_QUERY_TERMS = 32

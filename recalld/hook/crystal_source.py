@@ -17,7 +17,7 @@ in `served` as `gate:c:<id>` rows.
 import os
 
 from recalld import agents
-from recalld.core import crystals, pack
+from recalld.core import crystals, packer
 
 MAX_RESPONSE = 20_000
 
@@ -102,7 +102,7 @@ def to_items(matched: list, today: "date | None" = None) -> tuple:
         if body is None:
             lost.append(c)
             continue
-        items.append(pack.Item(key=c.key, source="crystal", label=f"crystal {c.id}", body=body,
+        items.append(packer.Item(key=c.key, source="crystal", label=f"crystal {c.id}", body=body,
                                tell=c.tell, stale=c.is_stale(today), meta={"keys": keys, "deliver": c.deliver}))
     return items, lost
 

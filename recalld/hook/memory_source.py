@@ -7,7 +7,7 @@ out whole and which as a one-line tell is recalld/core/tiers.py's decision; the 
 both under the act's budget, the tells never cut.
 """
 
-from recalld.core import pack, tiers
+from recalld.core import packer, tiers
 
 
 def memory_items(ctx) -> list:
@@ -38,15 +38,15 @@ def memory_items(ctx) -> list:
     if told:
         ctx.detail["tell_scores"] = [[round(c.coverage, 3), None if c.cos is None else round(c.cos, 3)]
                                      for c in told]
-    items = [pack.Item(key=f"m:{c.id}", source="memory", label=f"m{c.id} {c.kind}", body=c.text, tell=c.tell)
+    items = [packer.Item(key=f"m:{c.id}", source="memory", label=f"m{c.id} {c.kind}", body=c.text, tell=c.tell)
              for c in whole]
     return items + [tell_item(f"m:{c.id}", c.id, c.text, c.tell, meta={}) for c in told]
 
 
-def tell_item(key: str, mid: int, text: str, tell, meta: dict) -> pack.Item:
+def tell_item(key: str, mid: int, text: str, tell, meta: dict) -> packer.Item:
     """A memory shown as one line (recalld/core/tiers.py) that the packer never cuts."""
     label = f"m{mid} tell"
-    return pack.Item(key=key, source="memory" if key.startswith("m:") else "queue", label=label,
+    return packer.Item(key=key, source="memory" if key.startswith("m:") else "queue", label=label,
                      body=tiers.tell_body(mid, label, text, tell), meta=dict(meta, tier="tell", memory_id=mid))
 
 

@@ -27,7 +27,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from recalld.core.search import Hit
-from recalld.core.textproc import Stemmer, identifier_parts, informative, tokens
+from recalld.core.query_terms import Stemmer, identifier_parts, informative, tokens
 from recalld.judge.scoring import need_continuation, token_gains
 from recalld.model.errors import LLMTimeout
 

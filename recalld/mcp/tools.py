@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from recalld import store
-from recalld.capture import proposals
+from recalld.capture import decide
 from recalld.core import db, scope
 
 PROPOSAL_STATES = ("open", "pending", "edited", "approved", "rejected", "all")
@@ -54,9 +54,9 @@ def _scope(cwd) -> scope.Scope:
 def _own_proposal(conn, proposal_id) -> dict:
     """The proposal if it belongs to the server's project; another project's is reported as
     not existing (its draft is that project's text)."""
-    p = proposals.get(conn, proposal_id)
+    p = decide.get(conn, proposal_id)
     if p is None or p["project"] != _scope("").project:
-        raise proposals.ProposalError(f"{proposal_id} does not exist")
+        raise decide.ProposalError(f"{proposal_id} does not exist")
     return p
 
 
@@ -112,9 +112,9 @@ def retract(conn, memory_id: int, why: str, cwd: str = "") -> dict:
 def proposals_list(conn, cwd: str = "", session: str = "", state: str = "open", limit: int = 20) -> list[dict]:
     """Drafted memories awaiting your decision (state: open|pending|edited|approved|rejected|all)."""
     if state not in PROPOSAL_STATES:
-        raise proposals.ProposalError(f"unknown state {state!r}; use one of: {', '.join(PROPOSAL_STATES)}")
-    states = {"open": proposals.OPEN, "all": None}.get(state, (state,))
-    return proposals.list_(conn, project=_scope(cwd).project, session=session or None, states=states,
+        raise decide.ProposalError(f"unknown state {state!r}; use one of: {', '.join(PROPOSAL_STATES)}")
+    states = {"open": decide.OPEN, "all": None}.get(state, (state,))
+    return decide.list_(conn, project=_scope(cwd).project, session=session or None, states=states,
                            limit=_limit(limit))
 
 
@@ -127,7 +127,7 @@ def proposals_approve(conn, proposal_id: str, scope_name: str = "", kind: str = 
                       supersedes: list[int] | None = None, session: str = "") -> dict:
     """Commit a drafted memory (durable before it returns). Returns every record it changed."""
     _own_proposal(conn, proposal_id)
-    return proposals.approve(conn, proposal_id, scope=scope_name or None, kind=kind or None,
+    return decide.approve(conn, proposal_id, scope=scope_name or None, kind=kind or None,
                              supersedes=supersedes or [], actor="mcp", session=session or None).as_dict()
 
 
@@ -135,7 +135,7 @@ def proposals_edit(conn, proposal_id: str, text: str = "", kind: str = "", scope
                    tell: str = "", reason: str = "", session: str = "") -> dict:
     """Change what approval will write; the proposal stays open until approved or rejected."""
     _own_proposal(conn, proposal_id)
-    return proposals.edit(conn, proposal_id, text=text or None, kind=kind or None, scope=scope_name or None,
+    return decide.edit(conn, proposal_id, text=text or None, kind=kind or None, scope=scope_name or None,
                           tell=tell or None, reason=reason or None, actor="mcp",
                           session=session or None).as_dict()
 
@@ -143,7 +143,7 @@ def proposals_edit(conn, proposal_id: str, text: str = "", kind: str = "", scope
 def proposals_reject(conn, proposal_id: str, reason: str, session: str = "") -> dict:
     """Decline a drafted memory, with the reason."""
     _own_proposal(conn, proposal_id)
-    return proposals.reject(conn, proposal_id, reason, actor="mcp", session=session or None).as_dict()
+    return decide.reject(conn, proposal_id, reason, actor="mcp", session=session or None).as_dict()
 
 
 TOOLS = (search, show, remember, history, retract, proposals_list, proposals_show, proposals_approve,
@@ -167,7 +167,7 @@ def with_store(fn, tool_error, bound: Bound):
                 raise tool_error(f"cannot open the store: {e}") from None
             try:
                 return fn(conn, *args, **kwargs)
-            except (db.StoreError, proposals.ProposalError, scope.ScopeError) as e:
+            except (db.StoreError, decide.ProposalError, scope.ScopeError) as e:
                 raise tool_error(str(e)) from None
             finally:
                 conn.close()

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from recalld import store
 from recalld.mcp import tools as mcp
-from recalld.capture import policies, proposals
+from recalld.capture import policies, decide
 from recalld.cli.main import cli
-from recalld.core import db, drafts, receipts, scope
+from recalld.core import db, proposal_db, receipts, scope
 from tests.helpers import REPO, run_recalld
 
 # code word -> (project, scope, agent) it was written as
@@ -310,7 +310,7 @@ def draft_in_x(world) -> int:
     conn = db.connect()
     r = receipts.new("proposer", "test")
     draft = policies.Draft(kind="fact", text="kumquat drafts in project X are X's text.", why="t", confidence=0.9)
-    pid, = drafts.store_pass(conn, r, session="sx", source="/t.jsonl", from_line=1, to_line=2, boundary_id=None,
+    pid, = proposal_db.store_pass(conn, r, session="sx", source="/t.jsonl", from_line=1, to_line=2, boundary_id=None,
                              window_chars=10, drafts=[draft], project=world["projects"]["x"], agent="main",
                              model="test")
     conn.close()
@@ -336,7 +336,7 @@ def test_every_mcp_tool_goes_through_the_servers_scope(world):
         for fn in mcp.TOOLS:
             with pytest.raises(store.StoreError, match="no server scope"):
                 fn(conn, **args[fn.__name__])
-        assert proposals.get(conn, pid)["state"] == "pending"
+        assert decide.get(conn, pid)["state"] == "pending"
     finally:
         conn.close()
     assert count_memories() == before and current(mid)
@@ -353,7 +353,7 @@ def test_mcp_proposals_of_another_project_do_not_exist(world):
         with pytest.raises(Refused, match="does not exist"):
             call(y, name, {"proposal_id": str(pid), **args})
     conn = db.connect()
-    assert proposals.get(conn, pid)["state"] == "pending"
+    assert decide.get(conn, pid)["state"] == "pending"
     conn.close()
     x = mcp.build(root=world["dirs"]["wt"], env={})
     assert [p["id"] for p in call(x, "proposals_list", {"state": "all"})] == [pid]

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from recalld import store
 from recalld.mcp import tools as mcp
-from recalld.capture import policies, proposals
+from recalld.capture import policies, decide
 from recalld.cli.main import cli
-from recalld.core import db, drafts, receipts, scope
+from recalld.core import db, proposal_db, receipts, scope
 from recalld.core import redact as R
 from recalld.core.redact import redact
 from tests.helpers import payload, run_recalld
@@ -262,7 +262,7 @@ def _drafts(conn, project, n):
     sc = scope.resolve(str(project))
     ds = [policies.Draft(kind="fact", text=f"Draft {i}: the exporter writes cents as integers after the refund bug.",
                          why="it cost a reconciliation", confidence=0.9) for i in range(n)]
-    return drafts.store_pass(conn, receipts.new("proposer", "test"), session="s-prop", source="/t/x.jsonl",
+    return proposal_db.store_pass(conn, receipts.new("proposer", "test"), session="s-prop", source="/t/x.jsonl",
                              from_line=1, to_line=9, boundary_id=None, window_chars=100, drafts=ds,
                              project=sc.project, agent=sc.agent, model="test-model")
 
@@ -288,11 +288,11 @@ def test_approving_a_draft_that_holds_a_secret_redacts_the_memory(conn, project)
     # drafts are redacted by the proposer; a draft row written by anything else still cannot
     # carry a secret into a memory: the store's write redacts it and says so
     sc = scope.resolve(str(project))
-    pid, = drafts.store_pass(conn, receipts.new("proposer", "test"), session="s", source="/t/x.jsonl", from_line=1,
+    pid, = proposal_db.store_pass(conn, receipts.new("proposer", "test"), session="s", source="/t/x.jsonl", from_line=1,
                              to_line=2, boundary_id=None, window_chars=10, drafts=[policies.Draft(
                                  kind="fact", text=PLANTED[2][1], why="", confidence=0.9)],
                              project=sc.project, agent=sc.agent, model="m")
-    d = proposals.approve(conn, pid)
+    d = decide.approve(conn, pid)
     assert PLANTED[2][2] not in d.memory["text"] and d.redacted == {"github-token": 1}
     assert d.as_dict()["redacted"] == {"github-token": 1}
 

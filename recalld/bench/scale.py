@@ -1,7 +1,7 @@
-"""Core benchmark: the whole `prompt-submit` hook process vs a bare interpreter start, in-process
+"""Scale benchmark: the whole `prompt-submit` hook process vs a bare interpreter start, in-process
 search latency, durable `remember` latency and database size, at 1k / 10k / 100k memories.
 
-    recalld bench core [--quick] [--json]
+    recalld bench scale [--quick] [--json]
 
 The package is byte-compiled first, as `pip install` and `recalld install` leave it; without
 .pyc files (PYTHONDONTWRITEBYTECODE and an editable install) every hook run recompiles its
@@ -67,7 +67,7 @@ def _run(quick: bool) -> dict:
     # As installed: `pip install` and `recalld install` leave .pyc files next to the modules.
     results = {"sizes": {}, "runs_per_size": runs, "hook_command": " ".join(hook_command()[:1]),
                "bytecode": ensure_bytecode()}
-    tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-core-"))
+    tmp = Path(tempfile.mkdtemp(prefix="recalld-bench-scale-"))
     project = str(tmp / "project")
     os.makedirs(project)
     prompts = synth.prompts(50)
@@ -118,4 +118,4 @@ def _run(quick: bool) -> dict:
 if __name__ == "__main__":
     from recalld.bench.run import main_one
 
-    sys.exit(main_one("core"))
+    sys.exit(main_one("scale"))

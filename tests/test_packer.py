@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from recalld.hook import crystal_source, run as hook
-from recalld.core import crystals, pack
+from recalld.core import crystals, packer
 from tests.helpers import run_recalld
 
 SOURCES = ("crystal", "queue", "memory", "proposal")
@@ -21,7 +21,7 @@ body_st = st.builds(
     st.lists(st.one_of(st.text(min_size=0, max_size=300), st.builds(lambda s: "⛔ " + s, st.text(max_size=200)),
                        st.builds(lambda n: "x" * n, st.integers(0, 3000))), min_size=1, max_size=6))
 item_st = st.builds(
-    lambda i, source, body, tell, stale: pack.Item(key=f"{source[0]}:{i}", source=source, label=f"{source} {i}",
+    lambda i, source, body, tell, stale: packer.Item(key=f"{source[0]}:{i}", source=source, label=f"{source} {i}",
                                                    body=body, tell=tell, stale=stale),
     st.integers(0, 10_000), st.sampled_from(SOURCES), body_st,
     st.one_of(st.none(), st.text(min_size=1, max_size=200)), st.booleans())
@@ -30,17 +30,17 @@ item_st = st.builds(
 @given(st.lists(item_st, max_size=25), st.integers(0, 12_000), st.integers(1, 5000), st.integers(0, 3000))
 @settings(max_examples=200, deadline=None)
 def test_output_never_exceeds_budget_and_each_item_is_accounted_once(items, budget, cap, min_cut):
-    packed = pack.pack(items, budget, cap, min_cut=min_cut)
+    packed = packer.pack(items, budget, cap, min_cut=min_cut)
     assert packed.chars <= budget
     assert len(packed.text()) <= max(budget - 1, 0)
     # Exactly one bucket per matched item, in the order given.
     assert [p.item for p in packed.placed] == items
     acc = packed.accounting()
     assert acc["matched"] == len(items)
-    assert sum(acc[o] for o in pack.OUTCOMES) == len(items)
+    assert sum(acc[o] for o in packer.OUTCOMES) == len(items)
     assert acc["delivered_chars"] == packed.chars
     for s, a in acc["by_source"].items():
-        assert sum(a[o] for o in pack.OUTCOMES) == a["matched"] == sum(1 for i in items if i.source == s)
+        assert sum(a[o] for o in packer.OUTCOMES) == a["matched"] == sum(1 for i in items if i.source == s)
     for p in packed.placed:
         full = p.item.render()
         assert p.wanted_chars == len(full) + 1
@@ -49,10 +49,10 @@ def test_output_never_exceeds_budget_and_each_item_is_accounted_once(items, budg
         elif p.outcome == "whole":
             assert p.text == full and p.cut_chars == 0
         elif p.outcome == "cut":
-            head = p.text[:-len(pack.ELLIPSIS)]
-            assert p.text.endswith(pack.ELLIPSIS) and full.startswith(head)
+            head = p.text[:-len(packer.ELLIPSIS)]
+            assert p.text.endswith(packer.ELLIPSIS) and full.startswith(head)
             assert p.cut_chars == len(full) - len(head) > 0
-            assert p.cut_claims == pack.claims_from(full, len(head))
+            assert p.cut_claims == packer.claims_from(full, len(head))
             assert len(p.text) <= min(cap, budget - 1)
         elif p.outcome == "tell":
             assert p.item.tell and p.text == p.item.render(tell=True) and p.withheld_chars == len(full)
@@ -62,45 +62,45 @@ def test_output_never_exceeds_budget_and_each_item_is_accounted_once(items, budg
 
 def test_cut_claims_count_markers_that_start_in_the_tail():
     full = "⛔ first claim\n" + "support " * 40 + "\n  ⛔ second claim\nmid ⛔ not a line start"
-    text, cut_chars, claims = pack.cut(full, 30)
+    text, cut_chars, claims = packer.cut(full, 30)
     assert len(text) == 30 and claims == 1 and cut_chars == len(full) - 29
     # A cut that lands inside the second claim's line keeps its marker: it is not counted as lost.
     pos = full.index("⛔ second") + 3
-    assert pack.claims_from(full, pos) == 0
-    assert pack.claims_from(full, pos - 4) == 1
+    assert packer.claims_from(full, pos) == 0
+    assert packer.claims_from(full, pos - 4) == 1
 
 
 def test_the_seed_rules_one_by_one():
-    big = pack.Item("c:a", "crystal", "crystal a", "⛔ head\n" + "y" * 3000 + "\n⛔ tail claim", tell="a in one line")
+    big = packer.Item("c:a", "crystal", "crystal a", "⛔ head\n" + "y" * 3000 + "\n⛔ tail claim", tell="a in one line")
     # Wins outright: the only candidate and it fits the budget, so no cap.
-    assert pack.pack([big], 4000, 2000).placed[0].outcome == "whole"
+    assert packer.pack([big], 4000, 2000).placed[0].outcome == "whole"
     # Over the cap with company: cut head-first at the cap, the tail claim counted.
-    small = pack.Item("c:b", "crystal", "crystal b", "short")
-    p = pack.pack([big, small], 4000, 2000)
+    small = packer.Item("c:b", "crystal", "crystal b", "short")
+    p = packer.pack([big, small], 4000, 2000)
     assert [x.outcome for x in p.placed] == ["cut", "whole"]
     assert len(p.placed[0].text) == 2000 and p.placed[0].cut_claims == 1
     # Does not fit and too little is left for a meaningful cut: degrade to the tell.
-    mid = pack.Item("c:c", "crystal", "crystal c", "z" * 1500, tell="c in one line")
-    p = pack.pack([mid, mid, mid], 3500, 2000)
+    mid = packer.Item("c:c", "crystal", "crystal c", "z" * 1500, tell="c in one line")
+    p = packer.pack([mid, mid, mid], 3500, 2000)
     assert [x.outcome for x in p.placed] == ["whole", "whole", "tell"]
     # And when even the tell does not fit: withheld, its chars counted.
-    p = pack.pack([mid, mid, mid], 3030, 2000)
+    p = packer.pack([mid, mid, mid], 3030, 2000)
     assert [x.outcome for x in p.placed] == ["whole", "whole", "withheld"]
     assert p.accounting()["withheld_chars"] == len(mid.render())
     # Enough left for a meaningful head: cut to what is left.
-    p = pack.pack([mid, mid, mid], 4000, 2000)
+    p = packer.pack([mid, mid, mid], 4000, 2000)
     assert [x.outcome for x in p.placed] == ["whole", "whole", "cut"] and p.chars == 4000
     # Stale: withheld whatever the space.
-    assert pack.pack([pack.Item("c:s", "crystal", "s", "x", stale=True)], 4000).placed[0].outcome == "stale"
+    assert packer.pack([packer.Item("c:s", "crystal", "s", "x", stale=True)], 4000).placed[0].outcome == "stale"
 
 
 def test_later_sources_keep_their_reserve_against_an_oversubscribed_crystal_corpus():
-    crys = [pack.Item(f"c:{i}", "crystal", f"crystal {i}", "c" * 1900, tell=f"tell {i}") for i in range(6)]
-    queued = pack.Item("q:1", "queue", "m1 fact · judged", "the judged memory " * 20)
-    p = pack.pack(crys + [queued], 4000, 2000)
+    crys = [packer.Item(f"c:{i}", "crystal", f"crystal {i}", "c" * 1900, tell=f"tell {i}") for i in range(6)]
+    queued = packer.Item("q:1", "queue", "m1 fact · judged", "the judged memory " * 20)
+    p = packer.pack(crys + [queued], 4000, 2000)
     assert p.placed[-1].outcome == "whole" and p.chars <= 4000
     # Without the queue entry the crystals may take the whole act.
-    p2 = pack.pack(crys, 4000, 2000)
+    p2 = packer.pack(crys, 4000, 2000)
     assert p2.chars > p.chars - len(queued.render())
 
 
@@ -120,7 +120,7 @@ def _simulate(cs: list, budget: int, cap: int, acts: int) -> dict:
         ordered = crystal_source.order([(c, ["deploy"]) for c in cs], stats)
         items, lost = crystal_source.to_items(ordered)
         assert not lost
-        packed = pack.pack(items, budget, cap)
+        packed = packer.pack(items, budget, cap)
         assert packed.chars <= budget
         for p in packed.placed:
             if p.outcome in ("whole", "cut"):
@@ -148,7 +148,7 @@ def test_no_matched_crystal_starves_within_a_bound(session):
     cs = [_crystal(i, "⛔ claim\n" + "e" * n, tell) for i, (n, tell) in enumerate(specs)]
     wanted = [len(f"[crystal {c.id}] {c.essence}") + 1 for c in cs]
     held = [min(w, cap + 1) for w in wanted]  # what one placement can take of the budget
-    provable = (sum(held) - min(held)) // (budget - min(pack.MIN_CUT, max(held))) + 1
+    provable = (sum(held) - min(held)) // (budget - min(packer.MIN_CUT, max(held))) + 1
     bound = max(math.ceil(sum(wanted) / budget) + 1, provable)
     first = _simulate(cs, budget, cap, bound)
     assert sorted(first) == sorted(c.id for c in cs), (bound, first)
@@ -160,10 +160,10 @@ def test_no_matched_crystal_starves_at_any_corpus_size(lengths, budget):
     """For any number of matching crystals the wait is bounded by what is provable when the
     packer refuses heads shorter than MIN_CUT: while one crystal waits, every act serves
     others whose wanted chars sum to at least budget - MIN_CUT, each at most once."""
-    assume(budget > pack.MIN_CUT)
+    assume(budget > packer.MIN_CUT)
     cs = [_crystal(i, "e" * n, "a tell") for i, n in enumerate(lengths)]
     wanted = [len(f"[crystal {c.id}] {c.essence}") + 1 for c in cs]
-    bound = (sum(wanted) - min(wanted)) // (budget - pack.MIN_CUT) + 1
+    bound = (sum(wanted) - min(wanted)) // (budget - packer.MIN_CUT) + 1
     first = _simulate(cs, budget, 2000, bound)
     assert len(first) == len(cs)
 

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from recalld.core import textproc
+from recalld.core import query_terms
 from tests.helpers import SHARED
 
-# The patterns as they were (recalld/core/textproc.py and recalld/core/search.py before).
+# The patterns as they were (recalld/core/query_terms.py and recalld/core/search.py before).
 TOKEN = re.compile(r"[^\W_]+")
 CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 SUBJECT = re.compile(r"(?:\[[^\]\n]{0,60}\]\s*)?([^\W\d][\w .\-/]{0,40}?):\s")
@@ -36,11 +36,11 @@ def old_subject(text):
 
 
 def same(text):
-    assert textproc.tokens(text) == TOKEN.findall(text), text[:200]
-    assert textproc.identifier_parts(text) == old_identifier_parts(text), text[:200]
-    assert textproc.subject_span(text) == old_subject(text), text[:200]
+    assert query_terms.tokens(text) == TOKEN.findall(text), text[:200]
+    assert query_terms.identifier_parts(text) == old_identifier_parts(text), text[:200]
+    assert query_terms.subject_span(text) == old_subject(text), text[:200]
     for tok in TOKEN.findall(text):
-        assert textproc.camel_parts(tok) == CAMEL.findall(tok), tok
+        assert query_terms.camel_parts(tok) == CAMEL.findall(tok), tok
 
 
 def strings_of(obj):
@@ -102,4 +102,4 @@ def test_the_shared_corpora_agree(shared_transcripts):
                                         ("HTTPServer2", ["HTTP", "Server", "2"]),
                                         ("getURLsFor", ["get", "UR", "Ls", "For"])])
 def test_identifier_parts_examples(text, parts):
-    assert textproc.identifier_parts(text) == parts
+    assert query_terms.identifier_parts(text) == parts

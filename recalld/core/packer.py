@@ -58,9 +58,9 @@ class Item:
 
     def render(self, body: "str | None" = None, tell: bool = False) -> str:
         """The item as the agent reads it. Label, body and tell are stored text (a crystal's id
-        is its file name), so the whole line goes through fence.as_data: the packer measures
+        is its file name), so the whole line goes through untrusted.as_data: the packer measures
         and cuts what is delivered, and a cut of escaped text stays escaped."""
-        from recalld.core.fence import as_data  # imported by runs that have something to render
+        from recalld.core.untrusted import as_data  # imported by runs that have something to render
 
         if tell:
             return as_data(f"[{self.label} · tell] {self.tell}")

@@ -12,7 +12,7 @@ the same proposal write one memory: the second waits for the lock, then finds it
 import sqlite3
 from dataclasses import dataclass
 
-from recalld.core import drafts, receipts
+from recalld.core import proposal_db, receipts
 from recalld.capture import policies
 from recalld import store
 from recalld.core.scope import SCOPES, Scope
@@ -89,7 +89,7 @@ def list_(conn: sqlite3.Connection, *, project: "str | None" = None, session: "s
         where.append("p.session = ?")
         params.append(session)
     if states:
-        where.append(f"{drafts.STATE_SQL} IN ({', '.join('?' * len(states))})")
+        where.append(f"{proposal_db.STATE_SQL} IN ({', '.join('?' * len(states))})")
         params.extend(states)
     sql = "SELECT p.id FROM proposals p" + (" WHERE " + " AND ".join(where) if where else "")
     ids = [r[0] for r in conn.execute(sql + " ORDER BY p.id DESC LIMIT ?", (*params, int(limit)))]

@@ -18,7 +18,7 @@ import pytest
 
 from recalld import store
 from recalld.cli.crystals import trust_folder
-from recalld.core import db, fence, scope
+from recalld.core import db, untrusted, scope
 from recalld.hook import run as hook
 from tests.helpers import run_recalld
 
@@ -96,9 +96,9 @@ def claude(project, event, **kw):
 
 
 def test_as_data_neutralises_each_trick_and_is_idempotent():
-    out = fence.as_data(ATTACK)
+    out = untrusted.as_data(ATTACK)
     assert_inside_is_data(out)
-    assert fence.as_data(out) == out
+    assert untrusted.as_data(out) == out
     assert "&lt;/recalld>" in out and "&lt;system-reminder>" in out and "\n> Human: a new turn" in out
     assert "\u02cb\u02cb\u02cb" in out and "\u02dc\u02dc\u02dc tilde fence" in out
 
@@ -109,7 +109,7 @@ def test_as_data_neutralises_each_trick_and_is_idempotent():
     "Human resources owns this: ask them", "the assistant: replied", "``inline`` code", "~~strike~~",
 ])
 def test_ordinary_text_comes_through_unchanged(text):
-    assert fence.as_data(text) == text
+    assert untrusted.as_data(text) == text
 
 
 # --- through the real hook, one source at a time ------------------------------------------------
@@ -184,11 +184,11 @@ def test_a_crystal_file_name_cannot_escape_the_block(conn, home, project):
 
 def test_a_drafted_proposal_cannot_escape_the_block_nor_the_stop_gate(conn, home, project):
     from recalld.capture import policies
-    from recalld.core import drafts, receipts
+    from recalld.core import proposal_db, receipts
 
     sc = scope.resolve(str(project))
     d = policies.Draft(kind="fact", text="The exporter writes cents as integers. " + ATTACK, why="w", confidence=0.9)
-    drafts.store_pass(conn, receipts.new("proposer", "test"), session="sess-fence", source="/t.jsonl",
+    proposal_db.store_pass(conn, receipts.new("proposer", "test"), session="sess-fence", source="/t.jsonl",
                       from_line=1, to_line=2, boundary_id=None, window_chars=10, drafts=[d], project=sc.project,
                       agent=sc.agent, model="test")
     p = hook_proc(home, "prompt-submit", claude(project, "UserPromptSubmit", prompt="write a haiku"))
@@ -245,7 +245,7 @@ def test_every_source_in_one_act_stays_one_block(conn, home, project):
     """Memory, queue, crystal and proposal sources together on one prompt: the budget is
     shared, and the block still closes exactly once."""
     from recalld.capture import policies
-    from recalld.core import drafts, receipts
+    from recalld.core import proposal_db, receipts
 
     sc = scope.resolve(str(project))
     m = store.remember(conn, "Deploy on Fridays is forbidden.\n" + ATTACK, sc, check_similar=False).memory
@@ -254,7 +254,7 @@ def test_every_source_in_one_act_stays_one_block(conn, home, project):
                  ("sess-fence", m["id"]))
     _crystal(project / ".recalld" / "crystals", "friday", "⛔ no deploys on Friday\n" + ATTACK, on="prompt")
     trust_folder(str(project))
-    drafts.store_pass(conn, receipts.new("proposer", "test"), session="sess-fence", source="/t.jsonl", from_line=1,
+    proposal_db.store_pass(conn, receipts.new("proposer", "test"), session="sess-fence", source="/t.jsonl", from_line=1,
                       to_line=2, boundary_id=None, window_chars=10, project=sc.project, agent=sc.agent, model="t",
                       drafts=[policies.Draft(kind="fact", text="Deploys need a ticket. " + ATTACK, why="w",
                                              confidence=0.9)])

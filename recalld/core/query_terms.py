@@ -8,7 +8,7 @@ import _sqlite3 as sqlite3  # the C module: the package's dbapi2 imports datetim
 
 # No regular expressions here: `import re` (with enum, functools' friends) cost the prompt hook
 # more than its whole search. Each function below gives exactly what the regex in its
-# docstring gives (tests/test_hook_textproc.py compares them on every code point and on the
+# docstring gives (tests/test_query_terms.py compares them on every code point and on the
 # shared corpora); str methods classify characters the way re's unicode classes do.
 
 
