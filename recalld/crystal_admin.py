@@ -56,7 +56,8 @@ def _median(xs):
 
 
 def stats(index: crystals.Index, recs: list) -> dict:
-    """The seed's own figures, from hook receipts of acts crystals can fire on."""
+    """What crystals cost the acts they fire on (matches per act, wanted chars against the budget,
+    acts over budget, chars withheld and cut), from hook receipts."""
     acts = [r for r in recs if r.get("source") == "hook" and r.get("act") in crystals.ACTS
             and isinstance((r.get("detail") or {}).get("crystals"), dict)]
     matched, wanted, budgets, over = [], [], [], 0

@@ -1,11 +1,11 @@
-"""Crystals at the seed's corpus size: 300 generated crystals, acts that match about five.
+"""Crystals at a large corpus's size: 300 generated crystals, acts that match about five.
 
 Measures, in one run:
 - the `pre-tool` hook's whole-process wall time (p50, p99) next to a bare `python -c pass`,
   both with sys.executable, interleaved so drift hits both alike (target: p50 within 1.5x);
 - the packer's own time and the whole crystal source's time (index from cache, match, order,
   read the matched essences), in process;
-- the seed's figures from the receipts the hook runs wrote: matches per act, wanted chars vs
+- the figures from the receipts the hook runs wrote: matches per act, wanted chars vs
   budget, share of acts over budget, chars withheld and cut, marked claims cut.
 
     recalld bench crystals [--quick] [--json]

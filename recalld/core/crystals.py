@@ -51,8 +51,8 @@ END = "<!-- /crystal:essence -->"
 # `deliver:` values. gate: on a tool call or a commit the client runs as soon as the hook
 # returns, hold the act once per session with the essence as the reason, so the note arrives
 # before the act runs; context: never hold, add the note to the context like any
-# item (in Claude Code and Codex that lands after the tool ran). `act` is the seed's word for
-# the act's own channel, read as gate.
+# item (in Claude Code and Codex that lands after the tool ran). `act`, an older name for
+# the act's own channel, is read as gate.
 DELIVER = ("gate", "context")
 DELIVER_ALIASES = {"act": "gate"}
 SKIP_NAMES = {"readme.md"}

@@ -7,8 +7,8 @@ Rules (docs/crystals.md "The packer"):
 - An item over the cap is cut head-first at the cap, unless it wins outright: it is the only
   live candidate of the act and fits the budget whole.
 - An item that does not fit in what is left is cut head-first to what is left when that is at
-  least `min_cut` chars (the seed measured a 750-char head keeping 19 of 20 behaviours and a
-  421-char head only 12 of 20, worse than an 81-char tell); otherwise it degrades to its tell;
+  least `min_cut` chars (a 750-char head of a crystal kept 19 of its 20 behaviours where a
+  421-char head kept 12, fewer than an 81-char tell: docs/crystals.md); otherwise it degrades to its tell;
   an item whose tell does not fit either is withheld.
 - Stale items are withheld (outcome "stale").
 - A told item (meta `tier` "tell": recalld/core/tiers.py chose to show it as one line, not

@@ -134,9 +134,7 @@ class Tailer:
 
     def poll_many(self, paths) -> list:
         """Poll several files and store what they held with one commit per BATCH_S of reading,
-        not one per file (+18% tailing throughput on the shared transcripts copied 8 times,
-        measured with a first version that read inside the transaction; this one measured the
-        same within the noise).
+        not one per file: fewer commits, more throughput (docs/evaluation.md, "The tailer").
 
         Reading, parsing and redaction happen outside any transaction: the write lock is held
         only while a batch's rows go in, so a hook writing its receipt meanwhile waits
