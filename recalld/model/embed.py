@@ -9,8 +9,8 @@ shape. The forward pass is BERT's: embeddings + LayerNorm, N post-norm encoder l
 as sentence-transformers runs this model (max 256 word pieces, the rest cut).
 
 numpy rather than llama.cpp's embedding mode: the model ships as safetensors, a GGUF would
-need a conversion step and a second file to keep in sync, and numpy measured well enough
-(docs/embeddings.md).
+need a conversion step and a second file to keep in sync, and numpy is faster on batches, where
+the work is (docs/evaluation.md, "numpy rather than llama.cpp's embedding mode").
 
 A vector's `model` is the bundle's name plus the first 16 hex digits of its weights' sha256,
 so the same weights from the package, a pull or a copy give one id, and vectors of another
