@@ -89,3 +89,44 @@ def test_every_environment_variable_the_code_reads_is_documented():
         read |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["'](RECALLD_[A-Z_]+)["']""", p.read_text()))
     assert read, "the scan found no environment reads"
     assert sorted(read - set(settings_doc.ENVIRONMENT)) == []
+
+
+def _anchors(path) -> set:
+    """The ids GitHub gives a page's headings: lower-cased, punctuation but `-` and `_` dropped,
+    spaces as `-`, a repeated heading suffixed -1, -2..."""
+    found, seen, fenced = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def test_links_between_docs_resolve():
+    # Reference pages link to evaluation.md's sections for their figures: a moved or renamed
+    # heading must not leave a link that lands at the top of the page.
+    pages = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"[a-z]+:", target):
+                    continue  # a URL, not a file of the repository
+                path, _, anchor = target.partition("#")
+                dest = (page.parent / path).resolve() if path else page
+                if not dest.exists():
+                    broken.append(f"{page.relative_to(REPO)}:{n}: no file {target}")
+                elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                    broken.append(f"{page.relative_to(REPO)}:{n}: no heading for {target}")
+    assert broken == []
+
+
+def test_the_link_check_finds_a_broken_anchor(tmp_path):
+    page = tmp_path / "a.md"
+    page.write_text("# Top\n\n## The hook's own cost (`recalld bench hookcost`)\n\n## Top\n")
+    assert _anchors(page) == {"top", "the-hooks-own-cost-recalld-bench-hookcost", "top-1"}

@@ -30,7 +30,8 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - both for the model's ranking and for cue ranking alone (`cues_only`).
 
 Every stored proposal is listed (file, line, kind, matched label) so a reader can judge
-precision by reading, not only by the labels (docs/capture.md reports such a reading).
+precision by reading, not only by the labels (docs/evaluation.md, "Capture", reports such a
+reading).
 """
 
 import json
@@ -142,7 +143,7 @@ def auc(pos: list, neg: list) -> "float | None":
 
 # The projects rules, thresholds and weights were read off: the shared spotter and viewer, then
 # sungather (the committed set was split before its proposals were read) and charmanalysis (its
-# proposals read after a first held-out measurement; docs/capture.md gives both). The rest are
+# proposals read after a first held-out measurement; docs/evaluation.md, "Capture", gives both). The rest are
 # held out.
 FIT_PROJECTS = ("spotter", "viewer", "sungather", "charmanalysis")
 DUPLICATE = 88  # rapidfuzz similarity at which two proposals of one session say the same thing

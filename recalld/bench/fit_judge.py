@@ -41,9 +41,9 @@ DATA = Path(__file__).resolve().parent / "data" / "coding_needs.json"
 K = 5  # candidates per need: settings judge.max_candidates
 L2 = 1.0  # ridge on the standardized coefficients; the sets are small
 # How much each set weighs in the fit, in total (each of its needs alike), in two stages.
-# The base signals (calibrated.base_feature_names): LoCoMo's weight is 0, because at 0.1 or more
-# it cost the coding set's held-out expected-memory rate 0.10 or more at the same silence
-# (docs/judge.md, "Fitting"). The subject group (calibrated.SUBJECT_FEATURES) is then fitted on
+# The base signals (calibrated.base_feature_names): LoCoMo's weight is 0, because any weight
+# measured cost the coding set held-out expected memories at the same silence
+# (docs/evaluation.md, "What each stage of the fit measured"). The subject group (calibrated.SUBJECT_FEATURES) is then fitted on
 # both sets with the base model's score held fixed: it is 0 for a plain note that asks nothing,
 # so it moves chat-like memories (LoCoMo's) and leaves the coding set's notes as the base fit
 # scores them.

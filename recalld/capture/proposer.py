@@ -53,7 +53,7 @@ MAX_JUDGED = 32
 # clamped to +-MODEL_CLAMP. The cues decide what may be drafted (the confidence the policies
 # test against min_confidence is a logistic of the cue score around CENTER); cue score +
 # MODEL_WEIGHT * the model's term decides the order in which candidates take the pass's limited
-# slots. Measured on the shared transcripts (docs/capture.md): among the candidates it judged,
+# slots. Measured on the shared transcripts (docs/evaluation.md, "Capture"): among the candidates it judged,
 # the surprise separated labelled statements from the rest better than the cue score did (AUC
 # 0.62 vs 0.43); asked "Keep this note? Yes/No" the 135M model ranked the statements worse than
 # chance (AUC 0.31 to 0.45 depending on the prompt, against 0.56 for the surprise), so it is not asked.

@@ -241,8 +241,8 @@ def _url_password_tail(s: str, i: int) -> bool:
 # The generic shapes are the costly ones and their cue words are everywhere in code, so they
 # also need the shape itself: one of the cue words, then what the pattern needs after it (a name's
 # tail and `=` or `:`; for prose, "is"/"was"/... or "for"), checked lower-cased. Each present
-# word's occurrences are found by str.find and the tail matched there, several times faster than
-# one regex scanning for the words (docs/evaluation.md, "The tailer").
+# word's occurrences are found by str.find and the tail matched there, which was several times
+# faster than one regex scanning for the words (docs/evaluation.md, "Tailing throughput").
 _GATES = {
     "assignment": (("pass", "pwd", "secret", "token", "key", "credential"), _assignment_tail),
     "env-secret": (("key", "token", "secret", "pass", "pwd", "credential", "auth"), _env_tail),
@@ -273,8 +273,8 @@ _CASE_GATES = {
 
 # The ignore-case patterns scan every position of the text trying each keyword in both cases;
 # the same pattern without (?i), run over the lower-cased text, scans with a literal-prefix
-# search, several times faster (it finds the spans; the original pattern then re-matches at
-# each one for its groups).
+# search, several times faster (docs/evaluation.md, "Tailing throughput"); it finds the spans,
+# and the original pattern then re-matches at each one for its groups.
 _FINDER_SOURCES = {i: src.replace("(?i)", "").replace("REDACTED", "redacted")
                    for i, (_kind, src, _repl) in enumerate(_SOURCES) if src.startswith("(?i)")}
 _COMPILED: dict = {}  # index in _SOURCES -> (pattern, finder or None), compiled on first use
@@ -326,7 +326,8 @@ def redact_counts(text: str) -> tuple:
         # the two letters (?i) matches to ASCII ones that lower() leaves alone (re docs), so
         # the cues and gates see "paſsword" as the patterns do
         low = low.replace("\u0131", "i").replace("\u017f", "s")
-    # substring tests are C-speed; one regex alternation of all cues is slower
+    # substring tests are C-speed; one regex alternation of all cues was slower
+    # (docs/evaluation.md, "Tailing throughput")
     present = _cues_in(low)
     if not present:
         return text, counts

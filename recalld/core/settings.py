@@ -49,7 +49,7 @@ SETTINGS = (
             'How long a hook may run before it answers with what it has (fail open); RECALLD_DEADLINE_MS '
             'overrides it.'),
     # 25: what a served prompt at 100k memories on the loaded 2-core machine stays inside
-    # (docs/architecture.md, "The semantic pre-step"); without the daemon it costs one stat
+    # (docs/evaluation.md, "The served prompt-submit hook at 100k"); without the daemon it costs one stat
     Setting('semantic_wait_ms', 25, 'int', 0, 60_000,
             "How long a prompt-submit hook waits for the daemon's embedding ranking before it answers "
             "lexically (from when it asks, before its own search); 0 switches that channel off, and "

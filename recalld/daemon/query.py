@@ -50,7 +50,7 @@ CACHE_SIZE = 256  # query vectors kept (1.5 KB each): a prompt asked again is no
 #   choice alone when its cosine clears DENSE_FLOOR and stands DENSE_MARGIN above the next
 #   one (a paraphrase has one clear answer; an unrelated coding question is about equally
 #   close to many memories).
-# Fitted (recalld/bench/semantic.py, docs/architecture.md "The semantic pre-step"): the
+# Fitted (recalld/bench/semantic.py; the figures: docs/evaluation.md, "The semantic pre-step"): the
 # embedding re-orders only below 0.33 coverage, a little above the lexical floor (0.3): a
 # paraphrase often shares one or two words with its answer, and LoCoMo's strong lexical hits
 # stay as they are; a dense-only memory is injected only above 0.6 cosine, which no

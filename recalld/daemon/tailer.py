@@ -134,7 +134,7 @@ class Tailer:
 
     def poll_many(self, paths) -> list:
         """Poll several files and store what they held with one commit per BATCH_S of reading,
-        not one per file: fewer commits, more throughput (docs/evaluation.md, "The tailer").
+        not one per file: fewer commits, more throughput (docs/evaluation.md, "Tailing throughput").
 
         Reading, parsing and redaction happen outside any transaction: the write lock is held
         only while a batch's rows go in, so a hook writing its receipt meanwhile waits

@@ -92,7 +92,7 @@ def parse_line(line: bytes, st: ParseState) -> "list[Event] | None":
         return []
     try:
         # orjson: JSON decoding is a large share of the daemon's tailing time, and orjson does
-        # it several times faster (docs/evaluation.md, "The tailer"). It takes the bytes as
+        # it several times faster (docs/evaluation.md, "Tailing throughput"). It takes the bytes as
         # they are (invalid UTF-8 is a ValueError, like bad JSON) but not a BOM.
         obj = _loads(s[3:] if s.startswith(b"\xef\xbb\xbf") else s)
     except (ValueError, UnicodeDecodeError):

@@ -5,7 +5,7 @@ paraphrase; the small model's query likelihood (recalld.judge.scoring) orders ca
 but its scale drifts from need to need; an embedding similarity sees paraphrase but not
 negation or a swapped name. Combined, and read relative to the need's other candidates, they
 separate "this answers it" from "this shares its words" a little better than any of them
-alone (docs/judge.md has the measurements, and where none of them works).
+alone (docs/evaluation.md, "The judge", has the measurements, and where none of them works).
 
 So each candidate gets a feature vector (`features`) and a logistic model turns it into
 P(answers the need):
@@ -26,7 +26,8 @@ does the memory speak of the subject the need names? A memory about someone else
 need's other words exactly when it is the wrong one to pass (LoCoMo's adversarial questions
 name the other speaker). Only a statement with an author ("Name: I ...") has a subject to read;
 for a plain note that is not a question the group is 0 (the names a coding note shares with the
-need did not separate its answers, docs/judge.md, "What was tried").
+need did not separate its answers: docs/evaluation.md, "The judge's features and fits, tried
+and not kept").
 
 The set features (`SET_FEATURES`, with the embedder) describe the five candidates together:
 when nothing answers, none holds much of the need's own words and no cosine stands out.
@@ -79,7 +80,7 @@ question answer context reason why fix bug issue status result results plan step
 """.split())
 
 # Fitted by `python3 -m recalld.bench.fit_judge` (the run, its data and its cross-validated
-# figures are in docs/judge.md); never edited by hand. Keys: which signals were available, and
+# figures are in docs/evaluation.md, "The judge"); never edited by hand. Keys: which signals were available, and
 # "dialogue/..." for a turn of a conversation (`dialogue`): fitted on LoCoMo's turns with the
 # thread features, its score mapped (`calibration`: a + b * the logit) so that its probability
 # is that of the need's most probable turn being the answer.
@@ -243,7 +244,7 @@ MODELS: dict = {
 }
 
 # The language model reads only this many candidates, the cheap model's best (each costs one
-# decode of the memory and the need); docs/judge.md, "Latency".
+# decode of the memory and the need); docs/evaluation.md, "The judge's latency".
 LM_TOP = 2
 
 

@@ -23,8 +23,8 @@ The signals, all computed here in the background pass (never in the hook):
   (recalld.judge.scoring), and its gain on the need's words the memory does not hold
   (recalld.judge.rerank; kept in the receipt, not read by the probability), from one decode
   per candidate. It reads only the calibrated.LM_TOP candidates the cheap model (search +
-  embedding) rates best: each decode costs ~0.28 s on one core, and reading more did not pass
-  the right memory more often (docs/judge.md, "Latency").
+  embedding) rates best: each decode is most of a pass's time, and reading more did not pass
+  the right memory more often (docs/evaluation.md, "The judge's latency").
 
 Of the candidates at or above the threshold, the first judge.max_pass (default 1) by
 probability pass. The result says which signals were used (`signals`) and why one was missing

@@ -23,8 +23,8 @@ MAX_NEED_CHARS = 400  # a long need is judged on its tail (the latest reasoning 
 # The same frame with and without the memory, so the difference isolates what the memory adds.
 WITH_MEMORY = "Note: {memory}\nQuestion:"
 WITHOUT_MEMORY = "Note: (none)\nQuestion:"
-# Measured and not kept (docs/judge.md): asking the model "does the note answer the question?"
-# and comparing log P(yes) with log P(no) after the same frame.
+# Measured and not kept (docs/evaluation.md, "The judge's features and fits"): asking the model
+# "does the note answer the question?" and comparing log P(yes) with log P(no) after the same frame.
 YES_NO = "\nDoes the note answer the question (yes or no)? Answer:"
 
 

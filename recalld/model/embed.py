@@ -9,8 +9,8 @@ shape. The forward pass is BERT's: embeddings + LayerNorm, N post-norm encoder l
 as sentence-transformers runs this model (max 256 word pieces, the rest cut).
 
 numpy rather than llama.cpp's embedding mode: the model ships as safetensors, a GGUF would
-need a conversion step and a second file to keep in sync, and numpy measured well enough
-(docs/embeddings.md).
+need a conversion step and a second file to keep in sync, and numpy is faster on batches, where
+the work is (docs/evaluation.md, "numpy rather than llama.cpp's embedding mode").
 
 A vector's `model` is the bundle's name plus the first 16 hex digits of its weights' sha256,
 so the same weights from the package, a pull or a copy give one id, and vectors of another
@@ -27,10 +27,10 @@ import zipfile
 
 # One BLAS thread unless RECALLD_EMBED_THREADS says otherwise. OpenBLAS reads it when numpy is
 # first imported, so the daemon, the CLI and recalld.model.vectors import this module before
-# numpy; BLAS_THREADS says what numpy actually got ("unknown" when it was loaded earlier). On
-# the shared 2-core machine one thread embedded a 20-token query in 21 ms and two in 76 ms,
-# and a 10k x 384 scan took 1.5 ms of CPU against 7.9: OpenBLAS's threads spin while the
-# agent, the judge and the hook want the same cores.
+# numpy; BLAS_THREADS says what numpy actually got ("unknown" when it was loaded earlier).
+# OpenBLAS's threads spin while the agent, the judge and the hook want the same cores, so a
+# second thread made queries and scans slower, not faster (docs/evaluation.md, "One thread for
+# each model").
 if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("RECALLD_EMBED_THREADS", "1"))
     BLAS_THREADS = os.environ["OPENBLAS_NUM_THREADS"]
@@ -53,8 +53,8 @@ _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int3
 
 # erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (beyond it erf is +-1 in float32): the rational
 # approximation Eigen and XLA use for float32, absolute error under 5e-7. numpy has no erf, BERT's
-# GELU is the exact (erf) one, and this form has no exp: 2.4x faster than Abramowitz-Stegun 7.1.26
-# on a 1280 x 1536 activation (13 against 31 ms), where GELU was a third of the forward pass.
+# GELU is the exact (erf) one, and this form has no exp, so it beat Abramowitz-Stegun 7.1.26
+# where GELU was a third of the forward pass (docs/evaluation.md, "The embedder").
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,

@@ -6,8 +6,8 @@ The graph is embed.Encoder._forward op for op: embeddings + LayerNorm, post-norm
 the padded keys' bias, exact-erf GELU, mean pooling over the real tokens and an L2 norm, so
 its vectors are the numpy pass's to float32 rounding. Why a second runtime for the same
 arithmetic: one prompt's embedding is many small matrix products, and numpy pays for each
-temporary and call where onnxruntime runs one planned graph in one buffer arena; on the
-shared 2-core machine that was 1.4x at a quiet moment and 3-5x under load (docs/embeddings.md).
+temporary and call where onnxruntime runs one planned graph in one buffer arena, faster at
+every load measured (docs/evaluation.md, "The query embedding: numpy or onnxruntime").
 Without onnxruntime (or onnx, which writes the graph) the numpy pass runs, as before.
 """
 

@@ -33,10 +33,10 @@ SEED = 20240611
 # a turn. 2,048 tokens covers both and keeps the KV cache small (~50 MB for a 135M model).
 N_CTX = 2048
 N_BATCH = 512
-# One thread: measured on the 2-core machine shared with agents and builds, 1 thread gave a
-# p50 of 142 ms per judge call (max 266) where 2 threads gave 848 ms (max 9.3 s): llama.cpp's
-# threads spin at barriers, so one descheduled thread stalls the other. RECALLD_LLM_THREADS
-# overrides it on a machine with cores to spare.
+# One thread: llama.cpp's threads spin at barriers, so on a machine shared with the agent one
+# descheduled thread stalls the other, and two threads were several times slower than one
+# (docs/evaluation.md, "One thread for each model"). RECALLD_LLM_THREADS overrides it on a
+# machine with cores to spare.
 def _threads() -> int:
     try:
         return max(1, int(os.environ.get("RECALLD_LLM_THREADS", "1")))

@@ -35,7 +35,7 @@ _SCOPES = {"agent": 0, "project": 1, "shared": 2}
 # copies of its vectors) once VectorIndex.build_ann has run; its candidates are rescored
 # exactly in float32, so a graph changes only which rows are looked at, never a score. Below
 # ANN_MIN_ROWS a scan is cheap enough that a graph buys little; ANN_OVERFETCH candidates per
-# wanted id keep the exact top k nearly always (the figures: docs/embeddings.md).
+# wanted id keep the exact top k nearly always (the figures: docs/evaluation.md, "The vector index").
 ANN_MIN_ROWS = 20_000
 ANN_OVERFETCH = 8
 ANN_CONNECTIVITY = 16
