@@ -333,6 +333,62 @@ def test_near_duplicates_of_memories_and_pending_drafts_are_dropped(home, projec
     assert _pass(t2.path).rejections == {"duplicate_proposal": 1}
 
 
+def test_a_claim_said_again_in_a_later_pass_keeps_both_provenances_and_the_better_wording(home, project, tmp_path):
+    t = Session(tmp_path / "s9.jsonl", str(project))
+    t.user("why does the deploy fail?")
+    first = t.agent("It runs migrations at startup because the deploy has no separate migration step.", end=True)
+    res1 = _pass(t.path)
+    (pid,) = res1.stored_ids
+    t.user("and the second deploy?")
+    again = t.agent("We decided to run migrations at startup because the deploy of `api/` has no separate "
+                    "migration step.", end=True)
+    res2 = _pass(t.path)
+    assert res2.stored_ids == [] and res2.rejections == {"duplicate_proposal": 1}
+    c = proposal_db.connect()
+    (seen,) = proposal_db.sightings(c, pid)
+    assert (seen["window_from"], seen["uuid"], seen["reworded"]) == (again, f"u{again:04d}-0000", 1)
+    assert seen["pass_id"] > c.execute("SELECT pass_id FROM proposals WHERE id = ?", (pid,)).fetchone()[0]
+    # The draft row keeps its own provenance and words; the better wording (a name, a decision
+    # said as one) is an edit by the proposer, which is what approval would write.
+    row = c.execute("SELECT window_from, text FROM proposals WHERE id = ?", (pid,)).fetchone()
+    assert row["window_from"] == first and row["text"].startswith("It runs migrations")
+    (ev,) = c.execute("SELECT * FROM proposal_events WHERE proposal_id = ?", (pid,)).fetchall()
+    assert (ev["actor"], ev["to_state"], ev["kind"]) == ("proposer", "edited", "decision")
+    assert ev["text"].startswith("We decided") and f"line {again}" in ev["reason"]
+    # Append-only, and the proposer's handle still cannot touch memories.
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        c.execute("DELETE FROM proposal_sightings")
+    c.close()
+    # Said a third time in worse words: one more sighting, no second rewording.
+    t.user("once more?")
+    t.agent("It runs migrations at startup because the deploy has no separate migration step!", end=True)
+    assert _pass(t.path).rejections == {"duplicate_proposal": 1}
+    c = proposal_db.connect()
+    assert [s["reworded"] for s in proposal_db.sightings(c, pid)] == [1, 0]
+    assert c.execute("SELECT count(*) FROM proposal_events WHERE proposal_id = ?", (pid,)).fetchone()[0] == 1
+    c.close()
+
+
+def test_a_person_edit_is_never_reworded_by_a_later_pass(home, project, tmp_path):
+    from recalld.capture import decide
+
+    t = Session(tmp_path / "s10.jsonl", str(project))
+    t.user("why does the deploy fail?")
+    t.agent("It runs migrations at startup because the deploy has no separate migration step.", end=True)
+    (pid,) = _pass(t.path).stored_ids
+    plain = __import__("recalld.core.db", fromlist=["connect"]).connect()
+    decide.edit(plain, pid, text="Migrations run at startup: the deploy has no migration step.", actor="cli")
+    plain.close()
+    t.user("and again?")
+    t.agent("We decided to run migrations at startup because the deploy of `api/` has no separate "
+            "migration step.", end=True)
+    _pass(t.path)
+    c = proposal_db.connect()
+    assert [s["reworded"] for s in proposal_db.sightings(c, pid)] == [0]
+    assert [e["actor"] for e in c.execute("SELECT actor FROM proposal_events WHERE proposal_id = ?", (pid,))] == ["cli"]
+    c.close()
+
+
 def test_the_receipt_says_what_the_pass_read_drafted_and_rejected(home, project, tmp_path):
     t = Session(tmp_path / "s9.jsonl", str(project))
     t.user("set up the linter")

@@ -276,12 +276,12 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     project, agent = _scope_of(events, boundaries)
     res.project, res.agent = project, agent
 
-    def consume(kept: list) -> None:
+    def consume(kept: list, again=()) -> None:
         _fill_receipt(r, res)
         res.stored_ids = proposal_db.store_pass(
             conn, r, session=res.session, source=res.source, from_line=res.from_line, to_line=res.to_line,
             boundary_id=boundary_id, window_chars=res.window_chars, drafts=kept, project=project or "",
-            agent=agent, model=res.model)
+            agent=agent, model=res.model, again=again)
         r["_stored"] = True
 
     if not mined.spans:
@@ -292,7 +292,8 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
         res.outcome, res.error = "skipped", "no project: the turn names no cwd"
         return
     ranked = res.ranked = _rank(mined, res, pc, cfg, runtime)
-    memories, pending = proposal_db.memory_texts(conn, project, agent), proposal_db.pending_texts(conn, project)
+    memories, pending_rows = proposal_db.memory_texts(conn, project, agent), proposal_db.pending_rows(conn, project)
+    pending = [p["text"] for p in pending_rows]
     limit = _slots(mined, pc)
     res.drafts = [_draft(sp) for sp in ranked]
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
@@ -302,9 +303,26 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     red.update(screened.redactions)
     res.redactions = dict(red)
     res.outcome = "stored" if screened.kept else "nothing"
-    consume(screened.kept)
+    consume(screened.kept, _said_again(screened.again, pending_rows))
     if not res.stored_ids:
         res.outcome = "nothing"
+
+
+def _said_again(again: list, pending_rows: list) -> list:
+    """(proposal id, draft, reword) for every draft repeating a pending proposal; reword marks
+    the one repeat per proposal (the best-worded of the pass's) that is better worded than the
+    proposal's own text."""
+    best: dict = {}
+    for d, i in again:
+        pid = pending_rows[i]["id"]
+        if pid not in best or policies.better_worded(d, best[pid]):
+            best[pid] = d
+    out = []
+    for d, i in again:
+        row = pending_rows[i]
+        old = policies.Draft(kind=row["kind"], text=row["text"], confidence=row["confidence"])
+        out.append((row["id"], d, d is best[row["id"]] and row["state"] == "pending" and policies.better_worded(d, old)))
+    return out
 
 
 def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
