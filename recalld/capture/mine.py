@@ -403,6 +403,8 @@ def mine(events: list) -> Mined:
                 continue
             if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
                 continue
+            if role == "user" and rules.user_of_the_moment(st):
+                continue
             s, kind, cues = score(st, role)
             if noted and "remember" not in cues:
                 s, cues = s + WEIGHTS["remember"], cues + ["remember"]
@@ -522,7 +524,7 @@ FIX_LEAD = re.compile(r"^(?:let me|i'll|i will|i need to|we need to|now i'll|now
 # What the agent says when a command brought something up: how the project is run (the dev
 # server on its port), the kind of thing a CLAUDE.md lists first.
 SERVER_UP = re.compile(r"\b(?:server|app|application|service|api|site|daemon|backend|frontend)\b[^.;:]{0,40}?"
-                       r"\b(?:is|are|now) (?:up|running|listening|serving|started|starting)\b", re.I)
+                       r"\b(?:is|are|now) (?:up|running|listening|serving|started)\b", re.I)
 
 
 def _run_spans(order: list) -> list:
