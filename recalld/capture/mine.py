@@ -74,8 +74,11 @@ DECISION = _rx(r"\bwe(?:'ve| have)? (?:decided|chose|agreed|settled|picked|opted
                r"\brather than\b", r"\bin favou?r of\b", r"\b(?:switch(?:ed)?|migrat(?:e|ed)|mov(?:e|ed)) (?:to|away from)\b",
                r"\b(?:pinned|pin) (?:to|at)\b", r"\bno-gos?\b", r"\bout of scope\b", r"\bseparate task\b",
                r"\b(?:keep|leave) (?:the )?defaults?\b", r"\b(?:not|no) [\w/ -]{1,30} yet\b", r"\bfall ?back to\b")
+# A reason is only counted with a decision or a rule, so ", so" and a colon before a clause
+# ("Do not tag on Fridays: the rota has nobody on Saturdays") read as one there.
 REASON = _rx(r"\bbecause\b", r"\bsince\b", r"\bso that\b", r"\bto avoid\b", r"\bdue to\b", r"\botherwise\b",
-             r"\bwhich means\b", r"\bfor (?:compatibility|performance|safety|security)\b", r"—|--? |;")
+             r"\bwhich means\b", r"\bfor (?:compatibility|performance|safety|security)\b", r"—|--? |;",
+             r", so\b", r"\w: (?=\S+ \S+ \S+)")
 CONSTRAINT = _rx(r"\bmust(?:n't| not)?\b", r"\bnever\b", r"\balways\b", r"\bdo not\b", r"\bdon't\b", r"\bcannot\b",
                  r"\bcan't\b", r"\bwon't\b", r"\bshould(?:n't| not)\b", r"\brequires?\b", r"\brequired\b",
                  r"\bmake sure\b", r"\bcareful\b", r"\bwarning\b", r"\bcaution\b", r"\bimportant\b", r"\bavoid\b",

@@ -62,10 +62,17 @@ MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
 SURPRISE_SCALE = 1.1
-# Confidence 0.5 at the miner's floor: with the centre above it (2.0), a candidate saying one
-# fact with one name ("The project already has `igniter` as a dependency", 1.6) was mined and
-# then always rejected as low_confidence; the slots, not a second floor, keep a pass short.
-CENTER = mine.FLOOR
+# What the pass is surest of: a draft's confidence is a logistic of its final score (cue +
+# the model's term) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
+# and a pass keeps at most MAX_PER_TURN of those, best first (the slots below bind first).
+# Chosen on the development projects alone (`recalld bench capture --curve`): the fewest
+# proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5: 50 ->
+# 38 proposals, precision 0.88 -> 0.90, recall 0.58 -> 0.50); a per-turn cap below the slots
+# only cost recall there. Between the floor and the gate sit one-cue statements ("The project
+# already has `igniter` as a dependency"): mined, ranked, and left out as low_confidence.
+GATE = 2.5
+MAX_PER_TURN = 12
+CENTER = GATE
 SCORE_TIMEOUT_S = 10.0
 
 
@@ -292,8 +299,10 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
         res.outcome, res.error = "skipped", "no project: the turn names no cwd"
         return
     ranked = res.ranked = _rank(mined, res, pc, cfg, runtime)
-    memories, pending_rows = proposal_db.memory_texts(conn, project, agent), proposal_db.pending_rows(conn, project)
-    pending = [p["text"] for p in pending_rows]
+    memories = proposal_db.memory_texts(conn, project, agent)
+    # Each undecided proposal in its wordings (as drafted, as edited): a repeat of either is one.
+    wordings = [(p, t) for p in proposal_db.pending_rows(conn, project) for t in dict.fromkeys((p["text"], p["current"]))]
+    pending_rows, pending = [p for p, _ in wordings], [t for _, t in wordings]
     limit = _slots(mined, pc)
     res.drafts = [_draft(sp) for sp in ranked]
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
@@ -320,7 +329,7 @@ def _said_again(again: list, pending_rows: list) -> list:
     out = []
     for d, i in again:
         row = pending_rows[i]
-        old = policies.Draft(kind=row["kind"], text=row["text"], confidence=row["confidence"])
+        old = policies.Draft(kind=row["kind"], text=row["current"], confidence=row["confidence"])
         out.append((row["id"], d, d is best[row["id"]] and row["state"] == "pending" and policies.better_worded(d, old)))
     return out
 
@@ -339,7 +348,7 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
 
 
 def _slots(mined, pc: dict) -> int:
-    return int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1)
+    return min(MAX_PER_TURN, int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1))
 
 
 def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
@@ -415,7 +424,7 @@ _ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent", "reason
 def _draft(sp) -> "policies.Draft":
     cues = [w for c, w in _CUE_WORDS.items() if c in sp.cues]
     why = f"{', '.join(cues) or 'a statement'}; {_ROLE_WORDS.get(sp.role, sp.role)}, {sp.where()}"
-    conf = 1.0 / (1.0 + math.exp(-(sp.score - CENTER)))
+    conf = 1.0 / (1.0 + math.exp(-(sp.final - CENTER)))
     d = policies.coerce({"kind": sp.kind, "text": sp.text, "why": _clip(why, WHY_MAX), "confidence": round(conf, 3)})
     d.role, d.line, d.line_to, d.uuid = sp.role, sp.line, sp.line_to, sp.uuid
     return d

@@ -96,13 +96,20 @@ def memory_texts(conn: sqlite3.Connection, project: str, agent: str) -> list[str
 
 
 def pending_texts(conn: sqlite3.Connection, project: str) -> list[str]:
-    return [r["text"] for r in pending_rows(conn, project)]
+    """Every wording of the undecided proposals (as drafted, and as edited since)."""
+    return [t for r in pending_rows(conn, project) for t in dict.fromkeys((r["text"], r["current"]))]
 
 
 def pending_rows(conn: sqlite3.Connection, project: str) -> list[dict]:
-    """The project's undecided proposals (id, kind, text, confidence, line, state), oldest first."""
+    """The project's undecided proposals, oldest first: id, kind, text (as drafted), current
+    (the latest edit's text, else the draft's), confidence (of the current wording when the
+    proposer reworded it), line, state."""
     return [dict(r) for r in conn.execute(
-        f"""SELECT p.id, p.kind, p.text, p.confidence, p.window_from AS line, {STATE_SQL} AS state
+        f"""SELECT p.id, p.kind, p.text, p.window_from AS line, {STATE_SQL} AS state,
+                   coalesce((SELECT e.text FROM proposal_events e WHERE e.proposal_id = p.id AND e.text IS NOT NULL
+                             ORDER BY e.id DESC LIMIT 1), p.text) AS current,
+                   coalesce((SELECT s.confidence FROM proposal_sightings s WHERE s.proposal_id = p.id
+                             AND s.reworded = 1 ORDER BY s.id DESC LIMIT 1), p.confidence) AS confidence
             FROM proposals p WHERE p.project = ? AND {UNDECIDED} ORDER BY p.id""", (project,))]
 
 
