@@ -1,6 +1,6 @@
 """Capture against labels: how many of the proposer's drafts a person would approve, and what they miss.
 
-    recalld bench capture [--data DIR] [--labels FILE] [--json]
+    recalld bench capture [--data DIR] [--labels FILE] [--json] [--curve]
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
 turn end; a finished session's last turn too, as `propose --history` reads it), with the real
@@ -27,7 +27,10 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
   (`held_out`): the figures that count, no rule was read off those transcripts;
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
-- both for the model's ranking and for cue ranking alone (`cues_only`).
+- both for the model's ranking and for cue ranking alone (`cues_only`);
+- with `--curve`, the proposer rerun at each CURVE setting (per-turn cap, score gate): the
+  development projects' figures beside the held-out ones, the trade-off the default was
+  chosen on (development side only).
 
 Every stored proposal is listed (file, line, kind, matched label) so a reader can judge
 precision by reading, not only by the labels (docs/capture.md reports such a reading).
