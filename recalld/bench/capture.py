@@ -161,12 +161,12 @@ CURVE = ((12, 1.5), (12, 2.0), (12, 2.5), (12, 3.0), (12, 3.5), (4, 1.5), (2, 1.
 def trade_off(files: list, by_file: dict, projects: dict, runtime) -> list:
     from recalld.capture import proposer
 
-    keep = proposer.MAX_PER_TURN, proposer.GATE, proposer.CENTER
+    keep = proposer.MAX_PER_TURN, proposer.GATE
     dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
     rows = []
     try:
         for cap, gate in CURVE:
-            proposer.MAX_PER_TURN, proposer.GATE, proposer.CENTER = cap, gate, gate
+            proposer.MAX_PER_TURN, proposer.GATE = cap, gate
             got = _variant(files, by_file, projects, runtime)
             listed = got["listed"]
             fit = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS], got["matched"],
@@ -177,7 +177,7 @@ def trade_off(files: list, by_file: dict, projects: dict, runtime) -> list:
                                                                                  "per_20_substantive_turns", "duplicates")}
                          if got["figures"]["held_out"] else None})
     finally:
-        proposer.MAX_PER_TURN, proposer.GATE, proposer.CENTER = keep
+        proposer.MAX_PER_TURN, proposer.GATE = keep
     return rows
 
 

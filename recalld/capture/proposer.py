@@ -50,10 +50,9 @@ MAX_JUDGED = 32
 # after a neutral "Notes:" (boilerplate, praise and progress reports are predictable; decisions,
 # names, versions and causes are not), as a distance from SURPRISE_CENTER in SURPRISE_SCALE
 # units (the mean and standard deviation over every statement of the shared transcripts),
-# clamped to +-MODEL_CLAMP. The cues decide what may be drafted (the confidence the policies
-# test against min_confidence is a logistic of the cue score around CENTER); cue score +
-# MODEL_WEIGHT * the model's term decides the order in which candidates take the pass's limited
-# slots. Measured on the shared transcripts (docs/capture.md): among the candidates it judged,
+# clamped to +-MODEL_CLAMP. The cues decide what may be mined; cue score + MODEL_WEIGHT * the
+# model's term (the final score) decides the order in which candidates take the pass's limited
+# slots and, against GATE below, what is drafted at all. Measured on the shared transcripts (docs/capture.md): among the candidates it judged,
 # the surprise separated labelled statements from the rest better than the cue score did (AUC
 # 0.62 vs 0.43); asked "Keep this note? Yes/No" the 135M model ranked the statements worse than
 # chance (AUC 0.31 to 0.45 depending on the prompt, against 0.56 for the surprise), so it is not asked.
@@ -72,7 +71,6 @@ SURPRISE_SCALE = 1.1
 # already has `igniter` as a dependency"): mined, ranked, and left out as low_confidence.
 GATE = 2.5
 MAX_PER_TURN = 12
-CENTER = GATE
 SCORE_TIMEOUT_S = 10.0
 
 
@@ -424,7 +422,7 @@ _ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent", "reason
 def _draft(sp) -> "policies.Draft":
     cues = [w for c, w in _CUE_WORDS.items() if c in sp.cues]
     why = f"{', '.join(cues) or 'a statement'}; {_ROLE_WORDS.get(sp.role, sp.role)}, {sp.where()}"
-    conf = 1.0 / (1.0 + math.exp(-(sp.final - CENTER)))
+    conf = 1.0 / (1.0 + math.exp(-(sp.final - GATE)))
     d = policies.coerce({"kind": sp.kind, "text": sp.text, "why": _clip(why, WHY_MAX), "confidence": round(conf, 3)})
     d.role, d.line, d.line_to, d.uuid = sp.role, sp.line, sp.line_to, sp.uuid
     return d
