@@ -1,6 +1,7 @@
 """Capture against labels: how many of the proposer's drafts a person would approve, and what they miss.
 
-    recalld bench capture [--data DIR] [--labels FILE] [--json] [--curve]
+    recalld bench capture [--data DIR] [--json]
+    python -m recalld.bench.capture [--data DIR] [--labels FILE] [--json] [--curve]
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
 turn end; a finished session's last turn too, as `propose --history` reads it), with the real

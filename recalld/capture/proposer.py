@@ -52,7 +52,8 @@ MAX_JUDGED = 32
 # units (the mean and standard deviation over every statement of the shared transcripts),
 # clamped to +-MODEL_CLAMP. The cues decide what may be mined; cue score + MODEL_WEIGHT * the
 # model's term (the final score) decides the order in which candidates take the pass's limited
-# slots and, against GATE below, what is drafted at all. Measured on the shared transcripts (docs/capture.md): among the candidates it judged,
+# slots and, against GATE below, what is drafted at all. Measured on the shared transcripts
+# (docs/evaluation.md, "Capture"): among the candidates it judged,
 # the surprise separated labelled statements from the rest better than the cue score did (AUC
 # 0.62 vs 0.43); asked "Keep this note? Yes/No" the 135M model ranked the statements worse than
 # chance (AUC 0.31 to 0.45 depending on the prompt, against 0.56 for the surprise), so it is not asked.
@@ -64,10 +65,10 @@ SURPRISE_SCALE = 1.1
 # What the pass is surest of: a draft's confidence is a logistic of its final score (cue +
 # the model's term) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
 # and a pass keeps at most MAX_PER_TURN of those, best first (the slots below bind first).
-# Chosen on the development projects alone (`recalld bench capture --curve`): the fewest
-# proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5: 50 ->
-# 38 proposals, precision 0.88 -> 0.90, recall 0.58 -> 0.50); a per-turn cap below the slots
-# only cost recall there. Between the floor and the gate sit one-cue statements ("The project
+# Chosen on the development projects alone (`python -m recalld.bench.capture --curve`): the
+# fewest proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5:
+# 50 -> 39 proposals, precision 0.88 -> 0.90, recall 0.58 -> 0.50); a per-turn cap below the
+# slots only cost recall there. Between the floor and the gate sit one-cue statements ("The project
 # already has `igniter` as a dependency"): mined, ranked, and left out as low_confidence.
 GATE = 2.5
 MAX_PER_TURN = 12
