@@ -95,11 +95,6 @@ def memory_texts(conn: sqlite3.Connection, project: str, agent: str) -> list[str
            (scope = 'project' OR (scope = 'agent' AND agent = ?))))""", (project, agent))]
 
 
-def pending_texts(conn: sqlite3.Connection, project: str) -> list[str]:
-    """Every wording of the undecided proposals (as drafted, and as edited since)."""
-    return [t for r in pending_rows(conn, project) for t in dict.fromkeys((r["text"], r["current"]))]
-
-
 def pending_rows(conn: sqlite3.Connection, project: str) -> list[dict]:
     """The project's undecided proposals, oldest first: id, kind, text (as drafted), current
     (the latest edit's text, else the draft's), confidence (of the current wording when the
