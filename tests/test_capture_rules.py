@@ -63,11 +63,22 @@ def test_error_and_fix_are_linked_only_when_the_fix_names_its_subject():
     # decision: a choice said as one, by the user too
     ("include all the repos that aren't demos, and exclude copilot-collections", "user", "preference", "decision"),
     ("We decided to keep the Credo defaults and tune them later", "agent", "fact", "decision"),
+    # ... a scope said as one: keep the defaults, not yet, a separate task
+    ("Credo defaults may be strict — keep defaults, tune later", "agent", "fact", "decision"),
+    ("No CI/CD integration yet (separate task)", "agent", "fact", "decision"),
+    # ... the user's "let's ..." and "what about we ..." say what the work will be
+    ("let's update the skill and also add a note to the README in this folder", "user", "preference", "decision"),
+    ("we can't reach the inverter in ci, so what about we make a small mock server", "user", "constraint",
+     "decision"),
     # procedure: how something is done or run
     ("After adding an identity, run `mix ash.codegen` to regenerate", "agent", "constraint", "procedure"),
     ("`uv run review-tool serve --port 8000` works from the review-tool directory", "agent", "fact", "procedure"),
     # constraint: a rule for whoever works on the project
     ("Never overwrite a non-nil timestamp with nil in the sync job", "agent", "constraint", "constraint"),
+    ("Avoid `git add -A` in this repository: the build leaves large files untracked", "agent", "constraint",
+     "constraint"),
+    # "to avoid X" gives a reason, it is not a rule
+    ("Listens on a configurable port (default 502, or 5020 to avoid requiring root)", "agent", "constraint", "fact"),
     # a description of code with rule words is a fact, not a constraint
     ("The handler always returns a 3-tuple on error from the adapter", "agent", "constraint", "fact"),
     # fact: what holds
@@ -151,3 +162,27 @@ def test_a_delegating_tools_launch_notice_is_not_a_report():
               _ev("tool_call", 2, tool="Task", tool_input={"prompt": "classify"}),
               _ev("tool_result", 3, notice, tool="Task")]
     assert not [sp for sp in mine.mine(events).spans if sp.role == "report"]
+
+
+@pytest.mark.parametrize("text, dropped", [
+    ("ask me if you are unclear about anything.", True),
+    ("i want to repeat that work but on a larger scale to see whether it gives a better skill.", True),
+    ("Let me know if you have any questions about the layout of the repository.", True),
+    ("i want to keep the old exporter running until the new one is verified", False),
+    ("pause and confirm with me before using the skill writer skill to make the new skill.", False),
+    ("don't touch the `analysis/writeups` folder, i will do that myself.", False),
+])
+def test_the_users_words_about_this_conversation_are_of_the_moment(text, dropped):
+    assert rules.user_of_the_moment(text) is dropped
+    spans = mine.mine([_ev("prompt", 1, text, role="user")]).spans
+    assert bool(spans) is (not dropped)
+
+
+def test_a_server_only_said_to_be_starting_is_not_how_it_is_run():
+    events = [_ev("prompt", 1, "start the app", role="user"),
+              _ev("tool_call", 2, tool="Bash", tool_input={"command": "mix phx.server"}),
+              _ev("tool_result", 3, "started", tool="Bash"),
+              _ev("text", 4, "The Phoenix server is starting in the background.")]
+    assert not [sp for sp in mine.mine(events).spans if sp.role == "command"]
+    events[-1] = _ev("text", 4, "The Phoenix server is running on port 4000.")
+    assert [sp.kind for sp in mine.mine(events).spans if sp.role == "command"] == ["procedure"]

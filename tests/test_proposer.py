@@ -202,15 +202,22 @@ def test_cues_for_memory_markers_and_a_rule_with_its_reason_and_size():
     assert {"constraint", "reason", "quantity"} <= set(full[2]) and full[0] >= bare + 1.6
 
 
-def test_a_candidate_at_the_floor_is_drafted_when_there_is_room(home, project, tmp_path):
-    # The floor admitted it (one state cue, one name) and a confidence centred above the floor
-    # rejected it every time.
+def test_a_candidate_between_the_floor_and_the_gate_is_ranked_but_not_drafted(home, project, tmp_path):
+    # One cue and one name clears the miner's floor; the pass drafts only what it is surest of
+    # (the gate), so this stays a ranked candidate, left out as low_confidence, and a statement
+    # saying why is drafted.
     t = Session(tmp_path / "s2f.jsonl", str(project))
     t.user("what does the project depend on?")
     said = t.agent("The project already has `igniter` as a dependency.", end=True)
     res = _pass(t.path)
+    assert [sp.text for sp in res.ranked] == ["The project already has `igniter` as a dependency."]
+    assert res.kept == [] and [r for _, r in res.rejected] == ["low_confidence"]
+    assert proposer.GATE > mine.FLOOR
+    t.user("and why igniter?")
+    said = t.agent("The project already has `igniter` as a dependency because the installers need it.", end=True)
+    res = _pass(t.path)
     d = next(d for d in res.kept if "igniter" in d.text)
-    assert d.line == said and d.confidence >= 0.5 and not res.rejected
+    assert d.line == said and d.confidence >= 0.5
 
 
 def test_a_dense_long_turn_gets_slots_for_what_it_says(home, project, tmp_path):
@@ -222,7 +229,7 @@ def test_a_dense_long_turn_gets_slots_for_what_it_says(home, project, tmp_path):
              "The release branch must be cut from `main` only after the nightly `e2e` job is green.",
              "We decided to publish wheels for Python 3.10 to 3.12 only, since 3.9 lacks `match` statements.",
              "Signing keys live in `ops/keys/`, never in the repository root or in `.env` files.",
-             "The changelog requires one entry per merged pull request, written in the past tense.",
+             "The changelog requires one entry per merged pull request, because the release notes are built from it.",
              "Docs are built with `mkdocs build --strict` so that a broken link fails the pipeline.",
              "Version numbers are set by `hatch version`, not by editing `pyproject.toml` by hand.",
              "The PyPI upload token expires every 90 days; rotate it before the quarterly release.",
@@ -331,6 +338,62 @@ def test_near_duplicates_of_memories_and_pending_drafts_are_dropped(home, projec
     t2.user("deploy it")
     t2.agent("We decided to run migrations at startup because the deploy has no separate migration step!", end=True)
     assert _pass(t2.path).rejections == {"duplicate_proposal": 1}
+
+
+def test_a_claim_said_again_in_a_later_pass_keeps_both_provenances_and_the_better_wording(home, project, tmp_path):
+    t = Session(tmp_path / "s9.jsonl", str(project))
+    t.user("why does the deploy fail?")
+    first = t.agent("It runs `alembic upgrade` at startup because the deploy has no separate migration step.", end=True)
+    res1 = _pass(t.path)
+    (pid,) = res1.stored_ids
+    t.user("and the second deploy?")
+    again = t.agent("We decided to run `alembic upgrade` at startup because the deploy of `api/` has no separate "
+                    "migration step.", end=True)
+    res2 = _pass(t.path)
+    assert res2.stored_ids == [] and res2.rejections == {"duplicate_proposal": 1}
+    c = proposal_db.connect()
+    (seen,) = proposal_db.sightings(c, pid)
+    assert (seen["window_from"], seen["uuid"], seen["reworded"]) == (again, f"u{again:04d}-0000", 1)
+    assert seen["pass_id"] > c.execute("SELECT pass_id FROM proposals WHERE id = ?", (pid,)).fetchone()[0]
+    # The draft row keeps its own provenance and words; the better wording (a name, a decision
+    # said as one) is an edit by the proposer, which is what approval would write.
+    row = c.execute("SELECT window_from, text FROM proposals WHERE id = ?", (pid,)).fetchone()
+    assert row["window_from"] == first and row["text"].startswith("It runs `alembic upgrade`")
+    (ev,) = c.execute("SELECT * FROM proposal_events WHERE proposal_id = ?", (pid,)).fetchall()
+    assert (ev["actor"], ev["to_state"], ev["kind"]) == ("proposer", "edited", "decision")
+    assert ev["text"].startswith("We decided") and f"line {again}" in ev["reason"]
+    # Append-only, and the proposer's handle still cannot touch memories.
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        c.execute("DELETE FROM proposal_sightings")
+    c.close()
+    # Said a third time in worse words: one more sighting, no second rewording.
+    t.user("once more?")
+    t.agent("It runs `alembic upgrade` at startup because the deploy has no separate migration step!", end=True)
+    assert _pass(t.path).rejections == {"duplicate_proposal": 1}
+    c = proposal_db.connect()
+    assert [s["reworded"] for s in proposal_db.sightings(c, pid)] == [1, 0]
+    assert c.execute("SELECT count(*) FROM proposal_events WHERE proposal_id = ?", (pid,)).fetchone()[0] == 1
+    c.close()
+
+
+def test_a_person_edit_is_never_reworded_by_a_later_pass(home, project, tmp_path):
+    from recalld.capture import decide
+
+    t = Session(tmp_path / "s10.jsonl", str(project))
+    t.user("why does the deploy fail?")
+    t.agent("It runs `alembic upgrade` at startup because the deploy has no separate migration step.", end=True)
+    (pid,) = _pass(t.path).stored_ids
+    plain = __import__("recalld.core.db", fromlist=["connect"]).connect()
+    decide.edit(plain, pid, text="`alembic upgrade` runs at container start: no deploy step migrates.", actor="cli")
+    plain.close()
+    t.user("and again?")
+    t.agent("We decided to run `alembic upgrade` at startup because the deploy of `api/` has no separate "
+            "migration step.", end=True)
+    assert _pass(t.path).rejections == {"duplicate_proposal": 1}
+    c = proposal_db.connect()
+    assert [s["reworded"] for s in proposal_db.sightings(c, pid)] == [0]
+    assert [e["actor"] for e in c.execute("SELECT actor FROM proposal_events WHERE proposal_id = ?", (pid,))] == ["cli"]
+    c.close()
 
 
 def test_the_receipt_says_what_the_pass_read_drafted_and_rejected(home, project, tmp_path):

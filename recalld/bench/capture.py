@@ -1,6 +1,7 @@
 """Capture against labels: how many of the proposer's drafts a person would approve, and what they miss.
 
-    recalld bench capture [--data DIR] [--labels FILE] [--json]
+    recalld bench capture [--data DIR] [--json]
+    python -m recalld.bench.capture [--data DIR] [--labels FILE] [--json] [--curve]
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
 turn end; a finished session's last turn too, as `propose --history` reads it), with the real
@@ -27,7 +28,10 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
   (`held_out`): the figures that count, no rule was read off those transcripts;
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
-- both for the model's ranking and for cue ranking alone (`cues_only`).
+- both for the model's ranking and for cue ranking alone (`cues_only`);
+- with `--curve`, the proposer rerun at each CURVE setting (per-turn cap, score gate): the
+  development projects' figures beside the held-out ones, the trade-off the default was
+  chosen on (development side only).
 
 Every stored proposal is listed (file, line, kind, matched label) so a reader can judge
 precision by reading, not only by the labels (docs/evaluation.md, "Capture", reports such a
@@ -149,7 +153,37 @@ FIT_PROJECTS = ("spotter", "viewer", "sungather", "charmanalysis")
 DUPLICATE = 88  # rapidfuzz similarity at which two proposals of one session say the same thing
 
 
-def run(quick: bool = False, data=None, labels=None) -> dict:
+# The settings of the trade-off curve (`--curve`): (MAX_PER_TURN, GATE) of the proposer, from
+# loose to tight; each is a whole run with the model, reported on the development projects and
+# held out, so the choice of the default is visible and made on the development side alone.
+CURVE = ((12, 1.5), (12, 2.0), (12, 2.5), (12, 3.0), (12, 3.5), (4, 1.5), (2, 1.5), (1, 1.5), (4, 2.5), (2, 2.5),
+         (1, 2.5))
+
+
+def trade_off(files: list, by_file: dict, projects: dict, runtime) -> list:
+    from recalld.capture import proposer
+
+    keep = proposer.MAX_PER_TURN, proposer.GATE
+    dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
+    rows = []
+    try:
+        for cap, gate in CURVE:
+            proposer.MAX_PER_TURN, proposer.GATE = cap, gate
+            got = _variant(files, by_file, projects, runtime)
+            listed = got["listed"]
+            fit = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS], got["matched"],
+                           got["turns_by"], got["subst_by"])
+            rows.append({"max_per_turn": cap, "gate": gate,
+                         "development": {k: fit[k] for k in ("proposals", "precision", "recall", "per_20_substantive_turns", "duplicates")},
+                         "held_out": {k: got["figures"]["held_out"][k] for k in ("proposals", "precision", "recall",
+                                                                                 "per_20_substantive_turns", "duplicates")}
+                         if got["figures"]["held_out"] else None})
+    finally:
+        proposer.MAX_PER_TURN, proposer.GATE = keep
+    return rows
+
+
+def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dict:
     files, by_file, projects = [], {}, {}
     for tdir, spec in datasets(data, labels):
         names = spec["files"] or sorted(p.name for p in tdir.glob("*.jsonl"))
@@ -182,6 +216,8 @@ def run(quick: bool = False, data=None, labels=None) -> dict:
            "targets": {"held_out precision": ">= 0.6", "held_out recall (strength >= 2)": ">= 0.5",
                        "per_20_substantive_turns": "<= 12", "duplicates": "0",
                        "ungrounded_words": "0", "failed_passes": "0", "pass_s_p50": "<= 10"}}
+    if curve:
+        out["curve"] = trade_off(files, by_file, projects, rt)
     out["notes"] = [
         "One pass per turn, as the daemon runs it (a finished session's last turn too, as --history "
         "reads it); a fresh RECALLD_HOME per variant, so a proposal already pending suppresses a "
@@ -285,7 +321,7 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
          "why": rejected_labels.get((f.name, i), "not drafted")}
         for f in files for i, lab in enumerate(by_file.get(f.name, []))
         if (f.name, i) not in matched_labels and lab["strength"] >= 2]
-    return {"figures": figures, "listed": listed}
+    return {"figures": figures, "listed": listed, "matched": matched_labels, "turns_by": turns_by, "subst_by": subst_by}
 
 
 # What the harness writes into the user's turn without the user asking anything: a background
@@ -349,4 +385,6 @@ def _count(dicts) -> dict:
 if __name__ == "__main__":
     from recalld.bench.run import main_one
 
-    sys.exit(main_one("capture", options=((("--labels",), {"dest": "labels", "help": "labels JSON file"}),)))
+    sys.exit(main_one("capture", options=((("--labels",), {"dest": "labels", "help": "labels JSON file"}),
+                                          (("--curve",), {"dest": "curve", "action": "store_true",
+                                                          "help": "also run the proposer at the CURVE settings"}))))

@@ -69,6 +69,8 @@ def get(conn: sqlite3.Connection, pid) -> "dict | None":
     p["events"] = _events(conn, pid)
     p["state"] = p["events"][-1]["to_state"] if p["events"] else "pending"
     p["memory_id"] = next((e["memory_id"] for e in p["events"] if e["to_state"] == "approved"), None)
+    # Where later passes said the same claim again (each with its line and wording).
+    p["said_again"] = proposal_db.sightings(conn, pid)
     # What approval would write: the draft overlaid by its latest edits.
     eff = {"text": p["text"], "kind": p["kind"], "scope": None, "tell": None}
     for e in p["events"]:

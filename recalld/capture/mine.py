@@ -74,8 +74,11 @@ DECISION = _rx(r"\bwe(?:'ve| have)? (?:decided|chose|agreed|settled|picked|opted
                r"\brather than\b", r"\bin favou?r of\b", r"\b(?:switch(?:ed)?|migrat(?:e|ed)|mov(?:e|ed)) (?:to|away from)\b",
                r"\b(?:pinned|pin) (?:to|at)\b", r"\bno-gos?\b", r"\bout of scope\b", r"\bseparate task\b",
                r"\b(?:keep|leave) (?:the )?defaults?\b", r"\b(?:not|no) [\w/ -]{1,30} yet\b", r"\bfall ?back to\b")
+# A reason is only counted with a decision or a rule, so ", so" and a colon before a clause
+# ("Do not tag on Fridays: the rota has nobody on Saturdays") read as one there.
 REASON = _rx(r"\bbecause\b", r"\bsince\b", r"\bso that\b", r"\bto avoid\b", r"\bdue to\b", r"\botherwise\b",
-             r"\bwhich means\b", r"\bfor (?:compatibility|performance|safety|security)\b", r"—|--? |;")
+             r"\bwhich means\b", r"\bfor (?:compatibility|performance|safety|security)\b", r"—|--? |;",
+             r", so\b", r"\w: (?=\S+ \S+ \S+)")
 CONSTRAINT = _rx(r"\bmust(?:n't| not)?\b", r"\bnever\b", r"\balways\b", r"\bdo not\b", r"\bdon't\b", r"\bcannot\b",
                  r"\bcan't\b", r"\bwon't\b", r"\bshould(?:n't| not)\b", r"\brequires?\b", r"\brequired\b",
                  r"\bmake sure\b", r"\bcareful\b", r"\bwarning\b", r"\bcaution\b", r"\bimportant\b", r"\bavoid\b",
@@ -403,6 +406,8 @@ def mine(events: list) -> Mined:
                 continue
             if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
                 continue
+            if role == "user" and rules.user_of_the_moment(st):
+                continue
             s, kind, cues = score(st, role)
             if noted and "remember" not in cues:
                 s, cues = s + WEIGHTS["remember"], cues + ["remember"]
@@ -522,7 +527,7 @@ FIX_LEAD = re.compile(r"^(?:let me|i'll|i will|i need to|we need to|now i'll|now
 # What the agent says when a command brought something up: how the project is run (the dev
 # server on its port), the kind of thing a CLAUDE.md lists first.
 SERVER_UP = re.compile(r"\b(?:server|app|application|service|api|site|daemon|backend|frontend)\b[^.;:]{0,40}?"
-                       r"\b(?:is|are|now) (?:up|running|listening|serving|started|starting)\b", re.I)
+                       r"\b(?:is|are|now) (?:up|running|listening|serving|started)\b", re.I)
 
 
 def _run_spans(order: list) -> list:

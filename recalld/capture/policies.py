@@ -69,6 +69,9 @@ class Screened:
     kept: list  # Drafts that may be stored
     rejected: list  # (Draft, reason)
     redactions: Counter
+    # (Draft, index into `pending`): drafts rejected as saying what an earlier pass's pending
+    # proposal says; their provenance belongs to that proposal (proposal_db.store_pass).
+    again: list = field(default_factory=list)
 
     @property
     def by_reason(self) -> dict:
@@ -197,7 +200,7 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
     requests: the user's own prompts in the window (a draft that repeats one is a request,
     not something learned); window: the text the model read (a draft must be grounded in it)."""
     c = dict(DEFAULTS, **(cfg or {}))
-    kept, rejected = [], []
+    kept, rejected, again = [], [], []
     redactions: Counter = Counter()
     seen = list(pending)
     for raw in drafts:
@@ -213,25 +216,29 @@ def screen(drafts: list, *, memories: list = (), pending: list = (), requests: l
             i = _same_index(d.text, [k.text for k in kept], float(c["duplicate_ratio"]))
             if i is not None:
                 k = kept[i]
-                better, worse = (d, k) if _better(d, k) else (k, d)
+                better, worse = (d, k) if better_worded(d, k) else (k, d)
                 better.why = _also(better.why, worse)
                 kept[i] = better
                 seen[len(pending) + i] = better.text
                 rejected.append((worse, "duplicate_proposal"))
                 continue
+        if reason == "duplicate_proposal" and pending:
+            i = _same_index(d.text, list(pending), float(c["duplicate_ratio"]))
+            if i is not None:
+                again.append((d, i))
         if reason:
             rejected.append((d, reason))
             continue
         kept.append(d)
         seen.append(d.text)
-    return Screened(kept, rejected, redactions)
+    return Screened(kept, rejected, redactions, again)
 
 
 # A statement that leans on what came before it ("Additionally, ...", "Also ...", "which ...").
 _FRAGMENT = re.compile(r"^(?:additionally|also|and|but|so|which|this|that|it|they|then)\b|^[a-z]")
 
 
-def _better(a: Draft, b: Draft) -> bool:
+def better_worded(a: Draft, b: Draft) -> bool:
     """Whether a is the better-worded of two drafts saying the same: one that stands alone,
     then the one naming more (paths, code), then the more confident, then the shorter."""
     def key(d):

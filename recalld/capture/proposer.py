@@ -50,10 +50,10 @@ MAX_JUDGED = 32
 # after a neutral "Notes:" (boilerplate, praise and progress reports are predictable; decisions,
 # names, versions and causes are not), as a distance from SURPRISE_CENTER in SURPRISE_SCALE
 # units (the mean and standard deviation over every statement of the shared transcripts),
-# clamped to +-MODEL_CLAMP. The cues decide what may be drafted (the confidence the policies
-# test against min_confidence is a logistic of the cue score around CENTER); cue score +
-# MODEL_WEIGHT * the model's term decides the order in which candidates take the pass's limited
-# slots. Measured on the shared transcripts (docs/evaluation.md, "Capture"): among the candidates it judged,
+# clamped to +-MODEL_CLAMP. The cues decide what may be mined; cue score + MODEL_WEIGHT * the
+# model's term (the final score) decides the order in which candidates take the pass's limited
+# slots and, against GATE below, what is drafted at all. Measured on the shared transcripts
+# (docs/evaluation.md, "Capture"): among the candidates it judged,
 # the surprise separated labelled statements from the rest better than the cue score did (AUC
 # 0.62 vs 0.43); asked "Keep this note? Yes/No" the 135M model ranked the statements worse than
 # chance (AUC 0.31 to 0.45 depending on the prompt, against 0.56 for the surprise), so it is not asked.
@@ -62,10 +62,16 @@ MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
 SURPRISE_SCALE = 1.1
-# Confidence 0.5 at the miner's floor: with the centre above it (2.0), a candidate saying one
-# fact with one name ("The project already has `igniter` as a dependency", 1.6) was mined and
-# then always rejected as low_confidence; the slots, not a second floor, keep a pass short.
-CENTER = mine.FLOOR
+# What the pass is surest of: a draft's confidence is a logistic of its final score (cue +
+# the model's term) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
+# and a pass keeps at most MAX_PER_TURN of those, best first (the slots below bind first).
+# Chosen on the development projects alone (`python -m recalld.bench.capture --curve`): the
+# fewest proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5:
+# 50 -> 39 proposals, precision 0.88 -> 0.90, recall 0.58 -> 0.50); a per-turn cap below the
+# slots only cost recall there. Between the floor and the gate sit one-cue statements ("The project
+# already has `igniter` as a dependency"): mined, ranked, and left out as low_confidence.
+GATE = 2.5
+MAX_PER_TURN = 12
 SCORE_TIMEOUT_S = 10.0
 
 
@@ -276,12 +282,12 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     project, agent = _scope_of(events, boundaries)
     res.project, res.agent = project, agent
 
-    def consume(kept: list) -> None:
+    def consume(kept: list, again=()) -> None:
         _fill_receipt(r, res)
         res.stored_ids = proposal_db.store_pass(
             conn, r, session=res.session, source=res.source, from_line=res.from_line, to_line=res.to_line,
             boundary_id=boundary_id, window_chars=res.window_chars, drafts=kept, project=project or "",
-            agent=agent, model=res.model)
+            agent=agent, model=res.model, again=again)
         r["_stored"] = True
 
     if not mined.spans:
@@ -292,7 +298,10 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
         res.outcome, res.error = "skipped", "no project: the turn names no cwd"
         return
     ranked = res.ranked = _rank(mined, res, pc, cfg, runtime)
-    memories, pending = proposal_db.memory_texts(conn, project, agent), proposal_db.pending_texts(conn, project)
+    memories = proposal_db.memory_texts(conn, project, agent)
+    # Each undecided proposal in its wordings (as drafted, as edited): a repeat of either is one.
+    wordings = [(p, t) for p in proposal_db.pending_rows(conn, project) for t in dict.fromkeys((p["text"], p["current"]))]
+    pending_rows, pending = [p for p, _ in wordings], [t for _, t in wordings]
     limit = _slots(mined, pc)
     res.drafts = [_draft(sp) for sp in ranked]
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
@@ -302,9 +311,26 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     red.update(screened.redactions)
     res.redactions = dict(red)
     res.outcome = "stored" if screened.kept else "nothing"
-    consume(screened.kept)
+    consume(screened.kept, _said_again(screened.again, pending_rows))
     if not res.stored_ids:
         res.outcome = "nothing"
+
+
+def _said_again(again: list, pending_rows: list) -> list:
+    """(proposal id, draft, reword) for every draft repeating a pending proposal; reword marks
+    the one repeat per proposal (the best-worded of the pass's) that is better worded than the
+    proposal's own text."""
+    best: dict = {}
+    for d, i in again:
+        pid = pending_rows[i]["id"]
+        if pid not in best or policies.better_worded(d, best[pid]):
+            best[pid] = d
+    out = []
+    for d, i in again:
+        row = pending_rows[i]
+        old = policies.Draft(kind=row["kind"], text=row["current"], confidence=row["confidence"])
+        out.append((row["id"], d, d is best[row["id"]] and row["state"] == "pending" and policies.better_worded(d, old)))
+    return out
 
 
 def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
@@ -321,7 +347,7 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
 
 
 def _slots(mined, pc: dict) -> int:
-    return int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1)
+    return min(MAX_PER_TURN, int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1))
 
 
 def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
@@ -397,7 +423,7 @@ _ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent", "reason
 def _draft(sp) -> "policies.Draft":
     cues = [w for c, w in _CUE_WORDS.items() if c in sp.cues]
     why = f"{', '.join(cues) or 'a statement'}; {_ROLE_WORDS.get(sp.role, sp.role)}, {sp.where()}"
-    conf = 1.0 / (1.0 + math.exp(-(sp.score - CENTER)))
+    conf = 1.0 / (1.0 + math.exp(-(sp.final - GATE)))
     d = policies.coerce({"kind": sp.kind, "text": sp.text, "why": _clip(why, WHY_MAX), "confidence": round(conf, 3)})
     d.role, d.line, d.line_to, d.uuid = sp.role, sp.line, sp.line_to, sp.uuid
     return d

@@ -72,6 +72,22 @@ def of_the_moment(text: str, role: str = "agent") -> bool:
     return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t) or (role == "reasoning" and _TODO.search(t)))
 
 
+# What the user says about this conversation only: an offer to answer questions, the wish to
+# do the task at hand. The rest of what the user says (a rule, a wish about how to work, "we
+# should", "don't touch X") is the point and is never dropped.
+_USER_MOMENT = re.compile(
+    r"\bif (?:you are|you're|anything is|something is|any of this is) (?:unclear|confusing|not clear)\b|"
+    r"\bif you have (?:any )?questions\b|"
+    r"^(?:(?:so|and|but|now|ok(?:ay)?)[,]?\s+)?i(?:'d| would)? (?:want|like|need|wanted) to (?!keep|use|avoid|always|never)\w+",
+    re.I)
+
+
+def user_of_the_moment(text: str) -> bool:
+    """The user's words about this conversation, not about the project ("ask me if you are
+    unclear about anything", "i want to repeat that work on a larger scale")."""
+    return bool(_USER_MOMENT.search(text.strip()))
+
+
 # --- trivia of a fix -------------------------------------------------------------------------
 
 _TRIVIA = re.compile(
@@ -124,6 +140,8 @@ DECIDED = re.compile(
     r"\bwe(?:'ve| have)? (?:decided|chose|agreed|settled|picked|opted)\b|\bdecided\b|\bdecision\b|"
     r"\b(?:chose|chosen|opted for|settled on|went with|going with)\b|"
     r"\blet's (?:go with|use|keep|stick with|do|build|make|add)\b|\bwe should\b|\bshould be (?:done|built|pushed)\b|"
+    r"\b(?:keep|leave) (?:the )?defaults?\b|\bout of scope\b|\bseparate task\b|\bno-gos?\b|"
+    r"\b(?:not|no) [\w/ -]{1,30} yet\b|\b(?:what|how) about (?:we|if we)\b|\bwhy don't we\b|"
     r"^(?:i think )?(?:\w+ )?(?:can|should) be (?:finished|dropped|skipped|deferred)\b|"
     r"^(?:include|exclude|keep|drop|skip|use|go with)\b.*\b(?:and|but) (?:exclude|include|not|skip|keep)\b",
     re.I)
@@ -134,7 +152,7 @@ PROCEDURE = re.compile(
     r"\bthe (?:command|way) to\b|\b(?:can be|is) (?:run|started|built|tested) (?:with|by|from)\b", re.I)
 RULE = re.compile(
     r"\b(?:must(?:n't| not)?|never|always|do not|don't|cannot|can't|shouldn't|should not|should (?:be )?used?|"
-    r"requires?|required|make sure|avoid|only (?:use|run|call))\b", re.I)
+    r"requires?|required|make sure|(?<!to )avoid|only (?:use|run|call))\b", re.I)
 # A description of what code does ("the handler must return", "X always returns Y") is a fact:
 # the rule words are about the code's behaviour, not an instruction to whoever works on it.
 DESCRIBES_CODE = re.compile(r"^(?:the |this |that |a |an )?[`\w.()-]+(?: [`\w.()-]+){0,3} "
@@ -142,6 +160,9 @@ DESCRIBES_CODE = re.compile(r"^(?:the |this |that |a |an )?[`\w.()-]+(?: [`\w.()
                             r"(?:return|returns|raise|raises|emit|emits|call|calls|fire|fires|complete|"
                             r"completes|apply|applies|catch|catches|run|runs|affect|affects|handle|handles)\b", re.I)
 
+
+# The user opening with "let's ..." says what the work will be: a choice, not a taste.
+_USER_LETS = re.compile(r"^(?:(?:ok(?:ay)?|so|then|now|yes|great)[,.!]?\s+)*let's (?!not\b)\w+", re.I)
 
 # "The service is trying to run `x`" reports what happened, it is not how to run anything.
 _ATTEMPT = re.compile(r"\b(?:trying|tries|tried|attempting|attempts|attempted|was|were|is) to (?:run|execute|call)\b", re.I)
@@ -155,6 +176,8 @@ def kind_of(text: str, role: str, cue_kind: str) -> str:
     if role == "command":
         return "procedure"
     if DECIDED.search(t):
+        return "decision"
+    if role == "user" and _USER_LETS.search(t):
         return "decision"
     if role in ("user", "delegation") and cue_kind == "preference":
         return "preference"

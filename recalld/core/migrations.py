@@ -473,4 +473,32 @@ CREATE TRIGGER team_changes_append_only_u BEFORE UPDATE ON team_changes BEGIN SE
 CREATE TRIGGER team_changes_append_only_d BEFORE DELETE ON team_changes BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """,
     ),
+    (
+        9,
+        "capture: a pending proposal said again in a later pass keeps that pass's provenance",
+        """
+-- A later pass drafted the same claim as a pending proposal: the draft is not stored twice,
+-- but where it was said again (and how) is kept, so the proposal has every provenance. When
+-- the later wording is the better one, `reworded` says the pass appended an 'edited' event
+-- with it (only while the proposal was still untouched: a person's edit is never overridden).
+CREATE TABLE proposal_sightings (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,
+    proposal_id INTEGER NOT NULL REFERENCES proposals(id),
+    pass_id INTEGER REFERENCES proposal_passes(id),
+    session TEXT,
+    source TEXT,
+    window_from INTEGER,
+    window_to INTEGER,
+    uuid TEXT,
+    kind TEXT,
+    text TEXT NOT NULL,
+    confidence REAL,
+    reworded INTEGER NOT NULL DEFAULT 0 CHECK (reworded IN (0, 1))
+);
+CREATE INDEX proposal_sightings_proposal ON proposal_sightings(proposal_id, id);
+CREATE TRIGGER proposal_sightings_append_only_u BEFORE UPDATE ON proposal_sightings BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER proposal_sightings_append_only_d BEFORE DELETE ON proposal_sightings BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+""",
+    ),
 ]

@@ -95,9 +95,23 @@ def memory_texts(conn: sqlite3.Connection, project: str, agent: str) -> list[str
            (scope = 'project' OR (scope = 'agent' AND agent = ?))))""", (project, agent))]
 
 
-def pending_texts(conn: sqlite3.Connection, project: str) -> list[str]:
-    return [r[0] for r in conn.execute(
-        f"SELECT p.text FROM proposals p WHERE p.project = ? AND {UNDECIDED}", (project,))]
+def pending_rows(conn: sqlite3.Connection, project: str) -> list[dict]:
+    """The project's undecided proposals, oldest first: id, kind, text (as drafted), current
+    (the latest edit's text, else the draft's), confidence (of the current wording when the
+    proposer reworded it), line, state."""
+    return [dict(r) for r in conn.execute(
+        f"""SELECT p.id, p.kind, p.text, p.window_from AS line, {STATE_SQL} AS state,
+                   coalesce((SELECT e.text FROM proposal_events e WHERE e.proposal_id = p.id AND e.text IS NOT NULL
+                             ORDER BY e.id DESC LIMIT 1), p.text) AS current,
+                   coalesce((SELECT s.confidence FROM proposal_sightings s WHERE s.proposal_id = p.id
+                             AND s.reworded = 1 ORDER BY s.id DESC LIMIT 1), p.confidence) AS confidence
+            FROM proposals p WHERE p.project = ? AND {UNDECIDED} ORDER BY p.id""", (project,))]
+
+
+def sightings(conn: sqlite3.Connection, proposal_id: int) -> list[dict]:
+    """Where a proposal was said again in later passes (append-only, oldest first)."""
+    return [dict(r) for r in conn.execute(
+        "SELECT * FROM proposal_sightings WHERE proposal_id = ? ORDER BY id", (int(proposal_id),))]
 
 
 def pending_for_session(conn: sqlite3.Connection, session: str, limit: int = 20) -> list[dict]:
@@ -115,9 +129,13 @@ def pending_for_session(conn: sqlite3.Connection, session: str, limit: int = 20)
 
 def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_line: int, to_line: int,
                boundary_id, window_chars: int, drafts: list, project: str, agent: str,
-               model: "str | None") -> list[int]:
+               model: "str | None", again: "list | tuple" = ()) -> list[int]:
     """One transaction: the pass (which advances the cursor), its surviving drafts as pending
-    proposals, and the pass's receipt. Returns the new proposal ids."""
+    proposals, the pass's receipt, and `again`: (proposal id, draft, reword) for each draft
+    that says what a pending proposal of an earlier pass says. Each is kept as a sighting of
+    that proposal (its line, uuid and wording); with `reword` (the later wording is the better
+    one) an 'edited' event by the proposer carries it, while nobody has touched the proposal
+    yet. Returns the new proposal ids."""
     now = receipts.now_iso()
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -141,6 +159,28 @@ def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_
                 (now, session, project, agent, d.kind, d.text, d.why or "", d.confidence, model, pass_id,
                  source, w_from, w_to, r["uid"]))
             ids.append(c.lastrowid)
+        seen = 0
+        for pid, d, reword in again:
+            state = conn.execute(f"SELECT {STATE_SQL} FROM proposals p WHERE p.id = ?", (pid,)).fetchone()
+            if state is None or state[0] not in ("pending", "edited"):
+                continue  # decided meanwhile: nothing to add to
+            line = getattr(d, "line", None)
+            reworded = bool(reword) and state[0] == "pending"
+            if reworded:
+                conn.execute(
+                    """INSERT INTO proposal_events (proposal_id, time, from_state, to_state, actor, session,
+                                                    reason, text, kind) VALUES (?,?,?,?,?,?,?,?,?)""",
+                    (pid, now, "pending", "edited", "proposer", session,
+                     f"better worded when said again (pass {pass_id}, line {line})", d.text, d.kind))
+            conn.execute(
+                """INSERT INTO proposal_sightings (time, proposal_id, pass_id, session, source, window_from,
+                                                   window_to, uuid, kind, text, confidence, reworded)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
+                (now, pid, pass_id, session, source, line, getattr(d, "line_to", None) or line,
+                 getattr(d, "uuid", None), d.kind, d.text, d.confidence, int(reworded)))
+            seen += 1
+        if seen:
+            r["detail"]["said_again"] = seen
         r["delivered"] = len(ids)
         r["delivered_ids"] = [f"p:{i}" for i in ids]
         r["detail"]["pass_id"] = pass_id

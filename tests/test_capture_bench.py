@@ -1,0 +1,57 @@
+"""The capture benchmark's trade-off curve (recalld/bench/capture.py): each setting is a real
+run of the proposer, reported for the development projects and held out, and the proposer's
+constants are left as they were."""
+
+import json
+
+from recalld.bench import capture
+from recalld.capture import proposer
+
+
+def _session(path, cwd, said):
+    lines, n = [], 0
+    for role, text in said:
+        n += 1
+        content = text if role == "user" else [{"type": "text", "text": text}]
+        msg = {"role": role, "content": content}
+        if role == "assistant":
+            msg["stop_reason"] = "end_turn"
+        lines.append(json.dumps({"type": role, "message": msg, "sessionId": path.stem, "cwd": cwd,
+                                 "uuid": f"u{n:04d}-0000", "timestamp": "2026-12-02T10:00:00Z"}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _repo(path):
+    import subprocess
+
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+STRONG = "We decided to publish wheels for Python 3.10 to 3.12 only, since 3.9 lacks `match` statements."
+WEAK = "The project already has `igniter` as a dependency."
+
+
+def test_the_curve_reruns_the_proposer_per_setting_and_restores_it(home, project, tmp_path, monkeypatch):
+    files, by_file, projects = [], {}, {}
+    for name, group in (("spotter-dev.jsonl", "spotter"), ("other-held.jsonl", "other")):
+        path = tmp_path / name
+        # One repository each: a project's pending proposal would make the other's a duplicate.
+        cwd = project if group == "spotter" else _repo(tmp_path / "other")
+        _session(path, str(cwd), [("user", "what did we settle for the release?"), ("assistant", STRONG),
+                                      ("user", "and the dependencies?"), ("assistant", WEAK)])
+        files.append(path)
+        projects[name] = group
+        by_file[name] = [{"file": name, "line": 2, "statement": STRONG, "strength": 3, "keep": True},
+                         {"file": name, "line": 4, "statement": WEAK, "strength": 2, "keep": True}]
+    monkeypatch.setattr(capture, "CURVE", ((12, 1.5), (12, 2.5)))
+    before = proposer.MAX_PER_TURN, proposer.GATE
+    rows = capture.trade_off(files, by_file, projects, False)
+    assert (proposer.MAX_PER_TURN, proposer.GATE) == before
+    loose, tight = rows
+    assert (loose["gate"], tight["gate"]) == (1.5, 2.5)
+    for side in ("development", "held_out"):
+        # The weak one-cue fact clears the floor, not the gate: the tighter setting drafts one of two.
+        assert (loose[side]["proposals"], loose[side]["recall"]) == (2, 1.0)
+        assert (tight[side]["proposals"], tight[side]["recall"], tight[side]["precision"]) == (1, 0.5, 1.0)
