@@ -11,27 +11,32 @@ answerable mid-task needs), and `unrelated` (every answerable need asked in the 
 scope, where nothing answers it).
 
 Per need, the candidates are those the hook weighs: the lexical search's (floor 0, three times
-max_results) and, semantic on, the daemon's fused order (recalld.daemon.query.fuse, the whole
-order with its cosines, as the daemon answers it). recalld.core.tiers.choose, the hook's own
-function, sorts them into whole and told; the figures count what the packer would place (a
-whole memory's rendered line and a tell's line, with their separators: the receipt's
-delivered_chars plus told_chars, the frame not counted). With the semantic channel off the
-same decision runs on the lexical candidates alone, and is checked against the hook's own
-memory_items on every need.
+max_results) and, semantic on, the daemon's fused order (recalld.daemon.query.fuse at floor
+None, the whole order with its cosines, as the daemon answers it). recalld.core.tiers.choose,
+the hook's own function, sorts them into whole and told; the figures count what the packer
+would place (a whole memory's rendered line and the tell lines, the first with how to open
+one, with their separators: the receipt's delivered_chars plus told_chars, the frame not
+counted). With the semantic channel off the same decision runs on the lexical candidates
+alone, and is checked against the hook's own memory_items on every need.
 
-The fit: a grid over the floor (whole), tells.floor, tells.min_cos and tells.max. A setting is
-admissible on the groups it is fitted on when, semantic on and off alike, every lexical need
-reaches the agent (whole or told) and a prompt with no answer (unanswerable, unrelated: each
-on its own) costs at most NO_ANSWER_CHARS on average; of those, the best paraphrased reach
-(semantic on) wins, then the judge set's, then lexical needs delivered whole, then paraphrased
-and judge-set needs delivered whole, then the fewest characters on prompts without an answer. Validated leave-one-project-out: each project's needs
-are scored by the setting fitted on the other five, and the shipped setting is reported beside.
+The fit: a grid over tells.max, tells.chars, tells.min_cos and tells.floor; the floor for
+whole text stays at its setting (what is strong evidence is not a budget question). The
+targets hold per project, so a setting is admissible only when on each project it is fitted
+on, semantic on and off alike, every lexical need reaches the agent (whole or told) and a
+prompt with no answer (unanswerable, unrelated: each on its own) costs at most
+NO_ANSWER_CHARS on average. Of those: the best paraphrased reach of the worst project
+(semantic on), then pooled, then semantic off pooled, then the longest lines, then lexical
+needs delivered whole, then paraphrased and judge-set needs delivered whole, then the fewest
+characters on prompts without an answer. Validated leave-one-project-out: each project's
+needs are scored by the setting fitted on the other five, and the shipped setting is reported
+beside.
 
 The judge's middle band (tells.judge_floor) is fitted by `judge_band` on rows of
 recalld.bench.fit_judge's `collect` (not run here: it needs the judge model for minutes):
     python3 -m recalld.bench.tells --judge-rows ROWS.json [ROWS2.json ...]
 """
 
+import functools
 import itertools
 import json
 import shutil
@@ -45,10 +50,10 @@ DATA = Path(__file__).resolve().parent / "data"
 SETS = ("coding_needs.json", "tells_needs.json")
 NO_ANSWER_CHARS = 200
 MAX_WHOLE = 5
-GRID = {"floor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7),
-        "tell_floor": (0.1, 0.15, 0.2, 0.25, 0.3, 1.01),
-        "min_cos": (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 1.01),
-        "max": (1, 2, 3, 4)}
+GRID = {"tell_floor": (0.1, 0.2, 0.3, 1.01),
+        "min_cos": (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 1.01),
+        "max": (1, 2, 3, 4, 5, 6),
+        "chars": (36, 40, 44, 48, 52, 56, 64, 80, 120)}
 QUIET = ("unanswerable", "unrelated")
 
 
@@ -56,12 +61,22 @@ def shipped() -> dict:
     from recalld.core import settings
 
     t = settings.DEFAULTS["tells"]
-    return {"floor": settings.DEFAULTS["floor"], "tell_floor": t["floor"], "min_cos": t["min_cos"], "max": t["max"]}
+    return {"floor": settings.DEFAULTS["floor"], "tell_floor": t["floor"], "min_cos": t["min_cos"], "max": t["max"],
+            "chars": t["chars"]}
 
 
 def tier_config(p: dict) -> dict:
     return {"floor": p["floor"], "whole": True, "max": p["max"], "tell_floor": p["tell_floor"],
-            "min_cos": p["min_cos"], "max_whole": MAX_WHOLE}
+            "min_cos": p["min_cos"], "max_whole": MAX_WHOLE, "chars": p["chars"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _tell_chars(mid: int, text: str, tell, chars: int, hint: bool) -> int:
+    """One tell line as the packer places it, with its separator."""
+    from recalld.core import packer, tiers
+
+    label = f"m{mid} tell"
+    return len(packer.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell, chars, hint)).render()) + 1
 
 
 # --- collecting the candidates ---------------------------------------------------------------
@@ -82,7 +97,7 @@ def load_sets() -> list:
 
 class Row:
     """One need in one scope: its candidates semantic on and off, each (id, coverage, cosine,
-    whole chars, tell chars, project)."""
+    whole chars, project, text, tell)."""
 
     __slots__ = ("group", "style", "expected", "on", "off", "text", "project")
 
@@ -96,7 +111,7 @@ def collect(enc, tmp: Path) -> tuple:
     and, when answerable, in the next project's (`unrelated`)."""
     from recalld import store
     from recalld.bench.semantic import Lex
-    from recalld.core import db, packer, tiers
+    from recalld.core import db, packer
     from recalld.core.scope import Scope
     from recalld.core.search import search
     from recalld.daemon.query import DENSE_K, fuse
@@ -115,12 +130,10 @@ def collect(enc, tmp: Path) -> tuple:
     vectors.embed_pending(conn, enc)
     mems = {r[0]: (r[1], r[2], r[3], r[4]) for r in conn.execute("SELECT id, kind, text, tell, project FROM memories")}
 
-    def lengths(mid):
-        kind, text, tell, _ = mems[mid]
+    def about(mid):
+        kind, text, tell, project = mems[mid]
         whole = packer.Item(f"m:{mid}", "memory", f"m{mid} {kind}", text, tell).render()
-        label = f"m{mid} tell"
-        told = packer.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell)).render()
-        return min(len(whole), 2000) + 1, len(told) + 1
+        return min(len(whole), 2000) + 1, project, text, tell
 
     def cands(text, sc, q):
         hits = search(conn, text, sc, limit=MAX_WHOLE * 3, floor=0.0)
@@ -130,9 +143,9 @@ def collect(enc, tmp: Path) -> tuple:
         cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=enc.model)
         known = {**cos, **dict(dense)}
         cov = {h.id: h.score for h in hits}
-        on = [(i, cov.get(i, 0.0), known.get(i), *lengths(i), mems[i][3])
-              for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3, cos=cos)]
-        off = [(h.id, h.score, None, *lengths(h.id), mems[h.id][3]) for h in hits]
+        on = [(i, cov.get(i, 0.0), known.get(i), *about(i))
+              for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3 + DENSE_K, cos=cos)]
+        off = [(h.id, h.score, None, *about(h.id)) for h in hits]
         return on, off
 
     names = list(projs)
@@ -159,7 +172,8 @@ def decide(cs: list, p: dict) -> tuple:
     objs = [tiers.Cand(c[0], "", "", None, c[1], c[2], "") for c in cs]
     whole, told = tiers.choose(objs, tier_config(p))
     by = {c[0]: c for c in cs}
-    chars = sum(by[c.id][3] for c in whole) + sum(by[c.id][4] for c in told)
+    chars = sum(by[c.id][3] for c in whole) + sum(
+        _tell_chars(c.id, by[c.id][5], by[c.id][6], p["chars"], k == 0) for k, c in enumerate(told))
     return [c.id for c in whole], [c.id for c in told], chars
 
 
@@ -170,7 +184,7 @@ def measure(rows: list, p: dict, mode: str = "on") -> dict:
     for r in rows:
         cs = getattr(r, mode)
         whole, told, chars = decide(cs, p)
-        proj = {x[0]: x[5] for x in cs}
+        proj = {x[0]: x[4] for x in cs}
         a = acc.setdefault(r.style, [0, 0, 0, 0, 0])  # n, whole, told, chars, other project
         a[0] += 1
         a[3] += chars
@@ -202,30 +216,50 @@ def admissible(m_on: dict, m_off: dict) -> bool:
     return True
 
 
-def fit(rows: list) -> "tuple[dict | None, dict | None]":
-    best, best_key = None, None
+def table(rows: list) -> dict:
+    """{grid values: {project: (figures semantic on, off)}}: every fold reads the same."""
+    floor = shipped()["floor"]
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r.group, []).append(r)
+    out = {}
     for vals in itertools.product(*GRID.values()):
-        p = dict(zip(GRID, vals))
-        on, off = measure(rows, p, "on"), measure(rows, p, "off")
-        if not admissible(on, off):
+        p = dict(zip(GRID, vals), floor=floor)
+        out[vals] = {g: (measure(rs, p, "on"), measure(rs, p, "off")) for g, rs in by.items()}
+    return out
+
+
+def fit(tab: dict, groups: list) -> "tuple[dict | None, dict | None]":
+    """The admissible setting on `groups` (every one of them on its own) that ranks best."""
+    best, best_key = None, None
+    for vals, per in tab.items():
+        if not all(admissible(*per[g]) for g in groups):
             continue
-        whole = sum(on.get(st, {}).get("reached_whole", 0) for st in ("judge-set", "paraphrased"))
-        key = (on.get("paraphrased", {}).get("reached", 0), on.get("judge-set", {}).get("reached", 0),
-               on.get("lexical", {}).get("reached_whole", 0), whole, -on.get("no_answer_chars", 0))
+        on = [per[g][0] for g in groups]
+        para = [m["paraphrased"] for m in on if "paraphrased" in m]
+        n = sum(x["n"] for x in para) or 1
+        off_para = [per[g][1]["paraphrased"] for g in groups if "paraphrased" in per[g][1]]
+        whole = sum(m[st]["reached_whole"] * m[st]["n"] for m in on for st in ("judge-set", "paraphrased") if st in m)
+        key = (min((x["reached"] for x in para), default=0), round(sum(x["reached"] * x["n"] for x in para) / n, 3),
+               round(sum(x["reached"] * x["n"] for x in off_para) / n, 3), dict(zip(GRID, vals))["chars"],
+               sum(m["lexical"]["reached_whole"] for m in on if "lexical" in m), round(whole, 3),
+               -sum(m.get("unanswerable", {}).get("chars_per_prompt", 0) for m in on))
         if best_key is None or key > best_key:
-            best, best_key = (p, {"on": on, "off": off}), key
+            best, best_key = (dict(zip(GRID, vals), floor=shipped()["floor"]), per), key
     return best if best else (None, None)
 
 
-def validate(rows: list) -> dict:
+def validate(rows: list, tab: dict) -> dict:
     """Leave one project out: each project's needs decided by the setting fitted on the rest;
     the pooled held-out figures count every need once, by the fold that left it out."""
     groups = sorted({r.group for r in rows})
     folds, held = [], {"on": [], "off": []}
     for g in groups:
-        p, _ = fit([r for r in rows if r.group != g])
+        p, _ = fit(tab, [x for x in groups if x != g])
         test = [r for r in rows if r.group == g]
         folds.append({"held_out": g, "fitted": p,
+                      "fitted_figures": {m: measure([r for r in rows if r.group != g], p, m) for m in ("on", "off")}
+                      if p else None,
                       "held_out_figures": {m: measure(test, p, m) for m in ("on", "off")} if p else None,
                       "shipped_on_held_out": {m: measure(test, shipped(), m) for m in ("on", "off")}})
         if p:
@@ -287,7 +321,7 @@ def judge_band(rows: list, threshold: "float | None" = None) -> dict:
     judge models fitted without its group (fit_judge.logo); up to tells.max candidates below the
     threshold and at or above the band's floor are told. The band's floor is the lowest of the
     grid at which, on the groups fitted on, a need nothing answers costs at most what a prompt
-    without an answer may (NO_ANSWER_CHARS, about 110 characters a tell line)."""
+    without an answer may (NO_ANSWER_CHARS, in tell lines of tells.chars)."""
     from recalld.bench import fit_judge
     from recalld.core import settings
     from recalld.judge import calibrated
@@ -325,9 +359,11 @@ def judge_band(rows: list, threshold: "float | None" = None) -> dict:
                 "quiet": len(quiet), "tells_per_quiet_need": round(tells_quiet / len(quiet), 3) if quiet else None,
                 "tells": lines, "right_tells": right}
 
-    # a tell line is about 110 characters: the band may cost a need nothing answers at most
-    # what the pre-step may (NO_ANSWER_CHARS), that is this many tells on average
-    limit = NO_ANSWER_CHARS / 110
+    # a queued tell is one line of tells.chars with how to open it: the band may cost a need
+    # nothing answers at most what a prompt without an answer may, that many lines on average
+    from recalld.core import tiers
+
+    limit = NO_ANSWER_CHARS / (int(settings.DEFAULTS["tells"]["chars"]) + len(tiers.OPEN_HINT.format(id=100)) + 1)
 
     def choose(sub):
         ok = [f for f in floors if (figs(sub, f)["tells_per_quiet_need"] or 0) <= limit]
@@ -361,9 +397,15 @@ def run(quick: bool = False) -> dict:
         conn.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    p, figs = fit(rows)
-    out["fitted_on_all"] = {"params": p, "figures": figs}
-    out["validation"] = validate(rows)
+    tab = table(rows)
+    groups = sorted({r.group for r in rows})
+    p, _ = fit(tab, groups)
+    out["fitted_on_all"] = {"params": p, "figures": {m: measure(rows, p, m) for m in ("on", "off")} if p else None,
+                            "by_project": {g: {m: measure([r for r in rows if r.group == g], p, m)
+                                               for m in ("on", "off")} for g in groups} if p else None}
+    out["shipped_by_project"] = {g: {m: measure([r for r in rows if r.group == g], shipped(), m) for m in ("on", "off")}
+                                 for g in groups}
+    out["validation"] = validate(rows, tab)
     out["notes"] = ["characters: what the packer places (items and their separators; the <recalld> frame "
                     "is not counted); a need reached whole is not counted as told",
                     "semantic on: the daemon's fused order (recalld.daemon.query.fuse) with its cosines; "
