@@ -29,7 +29,10 @@ NO_ANSWER_CHARS on average. Of those: the best paraphrased reach of the worst pr
 needs delivered whole, then paraphrased and judge-set needs delivered whole, then the fewest
 characters on prompts without an answer. Validated leave-one-project-out: each project's
 needs are scored by the setting fitted on the other five, and the shipped setting is reported
-beside.
+beside. `curve`: tells.max against tells.chars at the shipped gates, each project on its own
+(not a fit: what the choice trades). `fusion_weights_change_nothing`: every need decided on the
+fused order and on the same candidates with the fusion's weight at 0 (the tells take the
+cosine order, the whole text the coverage).
 
 The judge's middle band (tells.judge_floor) is fitted by `judge_band` on rows of
 recalld.bench.fit_judge's `collect` (not run here: it needs the judge model for minutes):
@@ -46,8 +49,6 @@ from pathlib import Path
 
 from recalld.bench.common import Unavailable
 
-DATA = Path(__file__).resolve().parent / "data"
-SETS = ("coding_needs.json", "tells_needs.json")
 NO_ANSWER_CHARS = 200
 MAX_WHOLE = 5
 GRID = {"tell_floor": (0.1, 0.2, 0.3, 1.01),
@@ -82,42 +83,29 @@ def _tell_chars(mid: int, text: str, tell, chars: int, hint: bool) -> int:
 # --- collecting the candidates ---------------------------------------------------------------
 
 
-def load_sets() -> list:
-    """[(project dict, [(style, need, expected keys)])] for every coding project."""
-    out = []
-    extra = json.loads((DATA / "semantic_needs.json").read_text(encoding="utf-8"))["needs"]
-    for name in SETS:
-        for p in json.loads((DATA / name).read_text(encoding="utf-8"))["projects"]:
-            needs = [(n.get("style") or ("judge-set" if n["expected"] else "unanswerable"), n["need"], n["expected"])
-                     for n in p["needs"]]
-            needs += [(n["style"], n["need"], n["expected"]) for n in extra if n["project"] == p["name"]]
-            out.append((p, needs))
-    return out
-
-
 class Row:
     """One need in one scope: its candidates semantic on and off, each (id, coverage, cosine,
     whole chars, project, text, tell)."""
 
-    __slots__ = ("group", "style", "expected", "on", "off", "text", "project")
+    __slots__ = ("group", "style", "expected", "on", "off", "text", "project", "plain")
 
-    def __init__(self, group, style, expected, on, off, text, project):
+    def __init__(self, group, style, expected, on, off, text, project, plain=None):
         self.group, self.style, self.expected, self.on, self.off = group, style, expected, on, off
-        self.text, self.project = text, project
+        self.text, self.project, self.plain = text, project, plain
 
 
 def collect(enc, tmp: Path) -> tuple:
     """(rows, the store, the projects): every need of every project, asked in its own scope
     and, when answerable, in the next project's (`unrelated`)."""
     from recalld import store
-    from recalld.bench.semantic import Lex
+    from recalld.bench.semantic import Lex, coding_sets
     from recalld.core import db, packer
     from recalld.core.scope import Scope
     from recalld.core.search import search
     from recalld.daemon.query import DENSE_K, fuse
     from recalld.model import vectors
 
-    sets = load_sets()
+    sets = coding_sets()
     conn = db.connect(tmp / "tells.db")
     conn.execute("PRAGMA synchronous = OFF")
     projs = {}
@@ -145,8 +133,11 @@ def collect(enc, tmp: Path) -> tuple:
         cov = {h.id: h.score for h in hits}
         on = [(i, cov.get(i, 0.0), known.get(i), *about(i))
               for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3 + DENSE_K, cos=cos)]
+        # the same candidates with no fitted weight (the lexical order, then the dense)
+        plain = [(i, cov.get(i, 0.0), known.get(i), *about(i))
+                 for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3 + DENSE_K, cos=cos, weight=0.0)]
         off = [(h.id, h.score, None, *about(h.id)) for h in hits]
-        return on, off
+        return on, off, plain
 
     names = list(projs)
     rows = []
@@ -154,11 +145,11 @@ def collect(enc, tmp: Path) -> tuple:
         other = projs[names[(names.index(g) + 1) % len(names)]][0]
         for style, text, exp in needs:
             q = enc.embed_one(text)
-            on, off = cands(text, sc, q)
-            rows.append(Row(g, style, {key2id[k] for k in exp}, on, off, text, sc.project))
+            on, off, plain = cands(text, sc, q)
+            rows.append(Row(g, style, {key2id[k] for k in exp}, on, off, text, sc.project, plain))
             if exp:
-                on, off = cands(text, other, q)
-                rows.append(Row(g, "unrelated", set(), on, off, text, other.project))
+                on, off, plain = cands(text, other, q)
+                rows.append(Row(g, "unrelated", set(), on, off, text, other.project, plain))
     return rows, conn, projs
 
 
@@ -249,6 +240,24 @@ def fit(tab: dict, groups: list) -> "tuple[dict | None, dict | None]":
     return best if best else (None, None)
 
 
+def curve(tab: dict, groups: list) -> list:
+    """Per tells.max and tells.chars at the shipped gates: the worst project's paraphrased reach
+    (semantic on) and the most a project's prompts with no answer cost on average."""
+    sh = shipped()
+    out = []
+    for vals, per in tab.items():
+        p = dict(zip(GRID, vals))
+        if (p["tell_floor"], p["min_cos"]) != (sh["tell_floor"], sh["min_cos"]):
+            continue
+        on = [per[g][0] for g in groups]
+        out.append({"max": p["max"], "chars": p["chars"],
+                    "worst_paraphrased": min(m["paraphrased"]["reached"] for m in on if "paraphrased" in m),
+                    "worst_unanswerable_chars": max(m["unanswerable"]["chars_per_prompt"] for m in on if "unanswerable" in m),
+                    "worst_unrelated_chars": max(m["unrelated"]["chars_per_prompt"] for m in on if "unrelated" in m),
+                    "lexical_reached": min(m["lexical"]["reached"] for m in on if "lexical" in m)})
+    return out
+
+
 def validate(rows: list, tab: dict) -> dict:
     """Leave one project out: each project's needs decided by the setting fitted on the rest;
     the pooled held-out figures count every need once, by the fold that left it out."""
@@ -290,6 +299,13 @@ def _pooled(pairs: list, mode: str) -> dict:
         if n:
             out[name] = round(sum(out[st]["chars_per_prompt"] * out[st]["n"] for st in sts) / n, 1)
     return out
+
+
+def fusion_free(rows: list) -> dict:
+    """Whether the fusion's fitted weights change what reaches the agent: every need decided
+    (shipped settings) on the fused order and on the same candidates unweighted."""
+    same = sum(decide(r.on, shipped()) == decide(r.plain, shipped()) for r in rows)
+    return {"same": same, "differ": len(rows) - same}
 
 
 def hook_agrees(rows: list, conn, projs: dict) -> dict:
@@ -393,7 +409,8 @@ def run(quick: bool = False) -> dict:
         out = {"model": enc.model, "shipped": shipped(), "needs": len(rows),
                "groups": sorted({r.group for r in rows}),
                "shipped_figures": {m: measure(rows, shipped(), m) for m in ("on", "off")},
-               "hook_agrees_semantic_off": hook_agrees(rows, conn, projs)}
+               "hook_agrees_semantic_off": hook_agrees(rows, conn, projs),
+               "fusion_weights_change_nothing": fusion_free(rows)}
         conn.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -406,6 +423,7 @@ def run(quick: bool = False) -> dict:
     out["shipped_by_project"] = {g: {m: measure([r for r in rows if r.group == g], shipped(), m) for m in ("on", "off")}
                                  for g in groups}
     out["validation"] = validate(rows, tab)
+    out["curve"] = curve(tab, groups)
     out["notes"] = ["characters: what the packer places (items and their separators; the <recalld> frame "
                     "is not counted); a need reached whole is not counted as told",
                     "semantic on: the daemon's fused order (recalld.daemon.query.fuse) with its cosines; "
