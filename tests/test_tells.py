@@ -107,6 +107,23 @@ def test_a_weak_match_is_told_once_per_session_opened_with_show_and_receipted(ho
     assert "told 2, opened 2" in summary
 
 
+def test_a_block_of_tells_says_how_to_open_one_once_each_line_within_tells_chars(home, project, conn):
+    sc = scope.resolve(str(project))
+    texts = ["Currency amounts are integer cents in every table and every API payload we ship.",
+             "Invoices print currency amounts with the tenant's locale; never hard-code a symbol.",
+             "Refunds carry the currency of the original charge, checked before the call goes out."]
+    ids = [store.remember(conn, t, sc, kind="fact", check_similar=False).memory["id"] for t in texts]
+    settings.save({"floor": 0.95, "tells": {"floor": 0.05, "max": 4, "chars": 44}})
+    out, r = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How are currency amounts handled?"))
+    ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    lines = [x for x in ctx.splitlines() if " tell] " in x]
+    assert sorted(r["detail"]["told"]) == sorted(f"m:{i}" for i in ids) and len(lines) == 3
+    assert ctx.count("(open: recalld show ") == 1 and lines[0].endswith(")")  # said once, on the first
+    first_id = lines[0][2:lines[0].index(" ")]
+    assert lines[0].endswith(f"(open: recalld show {first_id})")
+    assert all(len(x) <= 44 for x in lines[1:]) and len(lines[0]) <= 44 + len(tiers.OPEN_HINT.format(id=first_id))
+
+
 def test_show_answers_does_not_exist_for_another_projects_memory_and_says_so_in_a_receipt(home, project, conn, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
