@@ -61,7 +61,7 @@ SETTINGS = (
     Setting('tells.max', 4, 'int', 0, 10,
             "Tells per prompt (and per step from the judge's queue) at most: one line each for the next "
             "candidates below the floor; 0 switches tells off."),
-    Setting('tells.chars', 44, 'int', 24, 400,
+    Setting('tells.chars', 44, 'int', 32, 400,
             'The characters of a tell line at most, its `[m12 tell] ` label included (the first line of a '
             'block adds how to open one): what a prompt with no answer costs is about tells.max such lines.'),
     Setting('tells.floor', 0.1, 'number', 0, 1.01,
