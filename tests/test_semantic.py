@@ -303,8 +303,8 @@ def test_fuse_orders_by_the_embedding_only_where_lexical_coverage_is_weak():
             self.id, self.score, self.rank = id, score, score
     weak = [H(1, 0.2), H(2, 0.1)]
     assert [i for i, _, _ in query.fuse(weak, [(2, 0.5), (1, 0.1), (9, 0.3)], None, 5)] == [2, 9, 1]
-    strong = [H(1, 0.5), H(2, 0.1)]
-    assert [i for i, _, _ in query.fuse(strong, [(2, 0.5), (9, 0.3)], None, 5)] == [1, 2]
+    strong = [H(1, 0.5), H(2, 0.1)]  # not re-ordered; the dense-only candidate comes last
+    assert [i for i, _, _ in query.fuse(strong, [(2, 0.5), (9, 0.3)], None, 5)] == [1, 2, 9]
 
 
 def test_fuse_scores_a_lexical_candidate_the_dense_top_k_left_out_by_its_own_cosine():
@@ -318,7 +318,7 @@ def test_fuse_scores_a_lexical_candidate_the_dense_top_k_left_out_by_its_own_cos
     assert [(i, v) for i, _, v in got] == [(9, "dense"), (2, "both"), (1, "lexical")]
     # above the coverage limit the cosines change nothing
     strong = [H(1, 0.6), H(2, 0.1)]
-    assert [i for i, _, _ in query.fuse(strong, dense, None, 5, cos={2: 0.9})] == [1, 2]
+    assert [i for i, _, _ in query.fuse(strong, dense, None, 5, cos={2: 0.9})] == [1, 2, 9]
 
 
 def test_cosines_of_given_memories_with_and_without_the_index(stored, conn):

@@ -32,23 +32,30 @@ def test_choose_whole_above_the_floor_tells_for_the_next_few_above_the_gate():
     cands = [_cand(1, 0.8), _cand(2, 0.1, 0.5), _cand(3, 0.25), _cand(4, 0.3, 0.9), _cand(5, 0.05, 0.1)]
     whole, told = tiers.choose(cands, tc)
     assert [c.id for c in whole] == [1]
-    assert [c.id for c in told] == [2, 3]  # at most two; 5 is under both gates
-    _, told = tiers.choose(cands, tc, not_told={2})
-    assert [c.id for c in told] == [3, 4]
+    assert [c.id for c in told] == [4, 2]  # at most two, by cosine; 5 is under both gates
+    _, told = tiers.choose(cands, tc, not_told={4})
+    assert [c.id for c in told] == [2, 3]  # then what has no cosine, in the given order
     whole, told = tiers.choose(cands, dict(tc, whole=False))
-    assert whole == [] and [c.id for c in told] == [1, 2]
+    assert whole == [] and [c.id for c in told] == [4, 2]
     assert tiers.choose(cands, dict(tc, max=0))[1] == []
+    # semantic off (no cosine anywhere): the lexical order stands
+    lexical = [_cand(1, 0.8), _cand(2, 0.3), _cand(3, 0.05), _cand(4, 0.25)]
+    assert [c.id for c in tiers.choose(lexical, tc)[1]] == [2, 4]
 
 
-def test_a_tell_line_is_one_clause_cut_on_a_word_with_its_id_and_how_to_open_it():
+def test_a_tell_line_is_one_clause_cut_on_a_word_with_its_id_the_first_says_how_to_open_it():
     long = "word " * 80 + "end."
-    for text, tell in ((PORT, None), (long, None), (CENTS, "Money: integer cents, never floats.")):
-        line = f"[m123 tell] {tiers.tell_body(123, 'm123 tell', text, tell)}"
-        assert len(line) <= tiers.TELL_CHARS and line.endswith("(open: recalld show 123)")
-    assert "first." in tiers.tell_body(1, "m1 tell", PORT, None)  # the first clause, not the port
-    assert "5433" not in tiers.tell_body(1, "m1 tell", PORT, None)
-    assert "never floats" in tiers.tell_body(1, "m1 tell", CENTS, "Money: integer cents, never floats.")
-    cut = tiers.tell_body(1, "m1 tell", long, None)
+    for chars in (44, 120):
+        for text, tell in ((PORT, None), (long, None), (CENTS, "Money: integer cents, never floats.")):
+            first = f"[m123 tell] {tiers.tell_body(123, 'm123 tell', text, tell, chars)}"
+            assert first.endswith(" (open: recalld show 123)")
+            assert len(first) <= chars + len(tiers.OPEN_HINT.format(id=123))
+            line = f"[m123 tell] {tiers.tell_body(123, 'm123 tell', text, tell, chars, hint=False)}"
+            assert len(line) <= chars and "recalld show" not in line
+    assert "first." in tiers.tell_body(1, "m1 tell", PORT, None, 120)  # the first clause, not the port
+    assert "5433" not in tiers.tell_body(1, "m1 tell", PORT, None, 120)
+    assert "never floats" in tiers.tell_body(1, "m1 tell", CENTS, "Money: integer cents, never floats.", 120)
+    cut = tiers.tell_body(1, "m1 tell", long, None, 120)
     assert "…" in cut and "wor…" not in cut  # on a word
 
 
@@ -98,6 +105,23 @@ def test_a_weak_match_is_told_once_per_session_opened_with_show_and_receipted(ho
     assert f"told m:{mid} (opened)" in text
     summary = run_recalld(["receipts", "--summary"], env={"RECALLD_HOME": str(home)}).stdout.decode()
     assert "told 2, opened 2" in summary
+
+
+def test_a_block_of_tells_says_how_to_open_one_once_each_line_within_tells_chars(home, project, conn):
+    sc = scope.resolve(str(project))
+    texts = ["Currency amounts are integer cents in every table and every API payload we ship.",
+             "Invoices print currency amounts with the tenant's locale; never hard-code a symbol.",
+             "Refunds carry the currency of the original charge, checked before the call goes out."]
+    ids = [store.remember(conn, t, sc, kind="fact", check_similar=False).memory["id"] for t in texts]
+    settings.save({"floor": 0.95, "tells": {"floor": 0.05, "max": 4, "chars": 44}})
+    out, r = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How are currency amounts handled?"))
+    ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    lines = [x for x in ctx.splitlines() if " tell] " in x]
+    assert sorted(r["detail"]["told"]) == sorted(f"m:{i}" for i in ids) and len(lines) == 3
+    assert ctx.count("(open: recalld show ") == 1 and lines[0].endswith(")")  # said once, on the first
+    first_id = lines[0][2:lines[0].index(" ")]
+    assert lines[0].endswith(f"(open: recalld show {first_id})")
+    assert all(len(x) <= 44 for x in lines[1:]) and len(lines[0]) <= 44 + len(tiers.OPEN_HINT.format(id=first_id))
 
 
 def test_show_answers_does_not_exist_for_another_projects_memory_and_says_so_in_a_receipt(home, project, conn, tmp_path):
@@ -164,14 +188,18 @@ def test_mcp_show_opens_a_memory_of_its_project_only(home, project, conn, tmp_pa
 def test_the_tells_benchmark_counts_reach_whole_and_told_and_the_characters_placed():
     from recalld.bench import tells as bench
 
-    # candidates: (id, coverage, cosine, whole chars, tell chars, project)
-    para = bench.Row("g", "paraphrased", {2}, on=[(1, 0.5, 0.3, 200, 100, "p"), (2, 0.0, 0.5, 150, 90, "p")],
-                     off=[(1, 0.5, None, 200, 100, "p")], text="", project="p")
-    quiet = bench.Row("g", "unanswerable", set(), on=[(3, 0.05, 0.1, 120, 80, "q")], off=[], text="", project="p")
-    p = {"floor": 0.4, "tell_floor": 0.1, "min_cos": 0.2, "max": 2}
+    # candidates: (id, coverage, cosine, whole chars, project, text, tell)
+    para = bench.Row("g", "paraphrased", {2, 4}, on=[(1, 0.5, 0.3, 200, "p", PORT, None), (2, 0.0, 0.5, 150, "p", CENTS, None),
+                                                  (4, 0.0, 0.6, 150, "p", CENTS, None)],
+                     off=[(1, 0.5, None, 200, "p", PORT, None)], text="", project="p")
+    quiet = bench.Row("g", "unanswerable", set(), on=[(3, 0.05, 0.1, 120, "q", PORT, None)], off=[], text="", project="p")
+    p = {"floor": 0.4, "tell_floor": 0.1, "min_cos": 0.2, "max": 2, "chars": 44}
     on = bench.measure([para, quiet], p, "on")
     assert on["paraphrased"]["reached_told"] == 1.0 and on["paraphrased"]["reached_whole"] == 0.0
-    assert on["paraphrased"]["chars_per_prompt"] == 200 + 90  # m1 whole, m2 told
+    # m1 whole; m4 then m2 told by cosine, the first saying how to open it
+    first = len(packer.Item("m:4", "memory", "m4 tell", tiers.tell_body(4, "m4 tell", CENTS, None, 44)).render()) + 1
+    second = len(packer.Item("m:2", "memory", "m2 tell", tiers.tell_body(2, "m2 tell", CENTS, None, 44, False)).render()) + 1
+    assert on["paraphrased"]["chars_per_prompt"] == 200 + first + second and second < first <= 44 + 1 + 24
     assert on["unanswerable"]["chars_per_prompt"] == 0 and on["no_answer_chars"] == 0
     off = bench.measure([para, quiet], p, "off")
     assert off["paraphrased"]["reached"] == 0.0 and off["paraphrased"]["chars_per_prompt"] == 200

@@ -7,8 +7,9 @@ the socket round trip, and the backfill rate.
     python3 -m recalld.bench.semantic [--quick] [--json] [--data LOCOMO.json]
 
 Coding sets (recalld/bench/data/): coding_needs.json (three projects' memories and needs as
-the daemon's need detector writes them, some unanswerable), and semantic_needs.json (prompts
-over the same memories: paraphrased, lexical, unanswerable). Every answerable need is also
+the daemon's need detector writes them, some unanswerable), semantic_needs.json (prompts
+over the same memories: paraphrased, lexical, unanswerable) and tells_needs.json (three more
+projects' memories and prompts), read as recalld/bench/tells.py reads them. Every answerable need is also
 asked in the next project's scope, where nothing answers it (`unrelated`). hit@1 on the coding
 sets is what the hook would inject first (the floor applied); on LoCoMo it is the first result
 at floor 0, as recalld/bench/locomo.py counts it. The dense side on LoCoMo embeds all 2,760
@@ -17,8 +18,8 @@ turns (minutes on one core); --quick takes the first conversation only.
 The fit: a grid over the fusion's five constants; a setting is admissible when, on the groups
 it is fitted on, lexical-style needs stay perfect, unanswerable and unrelated needs inject no
 more often than the lexical search alone, and LoCoMo hit@1 and recall@5 do not drop; of those,
-the best paraphrased hit@1 wins. Validated leaving one coding project (and a third of LoCoMo's
-conversations) out in turn; the shipped constants are reported beside the fits, not replaced
+the best paraphrased hit@1 wins. Validated leaving one coding project (and as large a share of
+LoCoMo's conversations) out in turn; the shipped constants are reported beside the fits, not replaced
 by them. `injection_gates`: the best any gate of the family coverage + a x cosine + b x z >= t
 injects on paraphrased needs while staying as quiet as lexical search (an upper bound: fitted
 on all the coding needs at once).
@@ -124,27 +125,36 @@ def _both(conn, enc, text, sc, qvec):
     return lex, dense, vectors.cosines(conn, qvec, [h.id for h in lex if h.id not in got], model=enc.model)
 
 
+def coding_sets() -> list:
+    """[(project dict, [(style, need, expected keys)])] for every coding project."""
+    out = []
+    extra = json.loads((DATA / "semantic_needs.json").read_text(encoding="utf-8"))["needs"]
+    for name in ("coding_needs.json", "tells_needs.json"):
+        for p in json.loads((DATA / name).read_text(encoding="utf-8"))["projects"]:
+            needs = [(n.get("style") or ("judge-set" if n["expected"] else "unanswerable"), n["need"], n["expected"])
+                     for n in p["needs"]]
+            needs += [(n["style"], n["need"], n["expected"]) for n in extra if n["project"] == p["name"]]
+            out.append((p, needs))
+    return out
+
+
 def collect_coding(enc, tmp: Path) -> list:
     from recalld import store
     from recalld.core import db
     from recalld.core.scope import Scope
     from recalld.model import vectors
 
-    base = json.loads((DATA / "coding_needs.json").read_text(encoding="utf-8"))
-    extra = json.loads((DATA / "semantic_needs.json").read_text(encoding="utf-8"))
     conn = db.connect(tmp / "coding.db")
     conn.execute("PRAGMA synchronous = OFF")
-    projs = {}
-    for p in base["projects"]:
+    projs, needs = {}, []
+    for p, pneeds in coding_sets():
         sc = Scope(p["project"], "main")
         lines = [json.dumps({"text": m["text"], "kind": m["kind"]}) for m in p["memories"]]
         res = store.import_jsonl(conn, lines, sc, source="bench")
         projs[p["name"]] = (p, sc, {m["key"]: r.memory["id"] for m, r in zip(p["memories"], res)})
+        needs += [(p["name"], style, text, exp) for style, text, exp in pneeds]
     vectors.embed_pending(conn, enc)
     names = list(projs)
-    needs = [(p["name"], "judge-set" if n["expected"] else "unanswerable", n["need"], n["expected"])
-             for p, _, _ in projs.values() for n in p["needs"]]
-    needs += [(n["project"], n["style"], n["need"], n["expected"]) for n in extra["needs"]]
     rows = []
     for g, style, text, exp in needs:
         _, sc, key2id = projs[g]
@@ -316,8 +326,8 @@ def gates(rows: list, params: dict) -> dict:
 
 
 def validate(rows: list) -> list:
-    """Leave one coding project (and every third LoCoMo conversation) out: fit on the rest,
-    measure on what was left out."""
+    """Leave one coding project (and every n-th LoCoMo conversation, n the number of coding
+    projects) out: fit on the rest, measure on what was left out."""
     coding = sorted({r["group"] for r in rows if r["style"] != "locomo"})
     convs = sorted({r["group"] for r in rows if r["style"] == "locomo"})
     folds = []

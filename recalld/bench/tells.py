@@ -11,27 +11,35 @@ answerable mid-task needs), and `unrelated` (every answerable need asked in the 
 scope, where nothing answers it).
 
 Per need, the candidates are those the hook weighs: the lexical search's (floor 0, three times
-max_results) and, semantic on, the daemon's fused order (recalld.daemon.query.fuse, the whole
-order with its cosines, as the daemon answers it). recalld.core.tiers.choose, the hook's own
-function, sorts them into whole and told; the figures count what the packer would place (a
-whole memory's rendered line and a tell's line, with their separators: the receipt's
-delivered_chars plus told_chars, the frame not counted). With the semantic channel off the
-same decision runs on the lexical candidates alone, and is checked against the hook's own
-memory_items on every need.
+max_results) and, semantic on, the daemon's fused order (recalld.daemon.query.fuse at floor
+None, the whole order with its cosines, as the daemon answers it). recalld.core.tiers.choose,
+the hook's own function, sorts them into whole and told; the figures count what the packer
+would place (a whole memory's rendered line and the tell lines, the first with how to open
+one, with their separators: the receipt's delivered_chars plus told_chars, the frame not
+counted). With the semantic channel off the same decision runs on the lexical candidates
+alone, and is checked against the hook's own memory_items on every need.
 
-The fit: a grid over the floor (whole), tells.floor, tells.min_cos and tells.max. A setting is
-admissible on the groups it is fitted on when, semantic on and off alike, every lexical need
-reaches the agent (whole or told) and a prompt with no answer (unanswerable, unrelated: each
-on its own) costs at most NO_ANSWER_CHARS on average; of those, the best paraphrased reach
-(semantic on) wins, then the judge set's, then lexical needs delivered whole, then paraphrased
-and judge-set needs delivered whole, then the fewest characters on prompts without an answer. Validated leave-one-project-out: each project's needs
-are scored by the setting fitted on the other five, and the shipped setting is reported beside.
+The fit: a grid over tells.max, tells.chars, tells.min_cos and tells.floor; the floor for
+whole text stays at its setting (what is strong evidence is not a budget question). The
+targets hold per project, so a setting is admissible only when on each project it is fitted
+on, semantic on and off alike, every lexical need reaches the agent (whole or told) and a
+prompt with no answer (unanswerable, unrelated: each on its own) costs at most
+NO_ANSWER_CHARS on average. Of those: the best paraphrased reach of the worst project
+(semantic on), then pooled, then semantic off pooled, then the longest lines, then lexical
+needs delivered whole, then paraphrased and judge-set needs delivered whole, then the fewest
+characters on prompts without an answer. Validated leave-one-project-out: each project's
+needs are scored by the setting fitted on the other five, and the shipped setting is reported
+beside. `curve`: tells.max against tells.chars at the shipped gates, each project on its own
+(not a fit: what the choice trades). `fusion_weights_change_nothing`: every need decided on the
+fused order and on the same candidates with the fusion's weight at 0 (the tells take the
+cosine order, the whole text the coverage).
 
 The judge's middle band (tells.judge_floor) is fitted by `judge_band` on rows of
 recalld.bench.fit_judge's `collect` (not run here: it needs the judge model for minutes):
     python3 -m recalld.bench.tells --judge-rows ROWS.json [ROWS2.json ...]
 """
 
+import functools
 import itertools
 import json
 import shutil
@@ -41,14 +49,12 @@ from pathlib import Path
 
 from recalld.bench.common import Unavailable
 
-DATA = Path(__file__).resolve().parent / "data"
-SETS = ("coding_needs.json", "tells_needs.json")
 NO_ANSWER_CHARS = 200
 MAX_WHOLE = 5
-GRID = {"floor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7),
-        "tell_floor": (0.1, 0.15, 0.2, 0.25, 0.3, 1.01),
-        "min_cos": (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 1.01),
-        "max": (1, 2, 3, 4)}
+GRID = {"tell_floor": (0.1, 0.2, 0.3, 1.01),
+        "min_cos": (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 1.01),
+        "max": (1, 2, 3, 4, 5, 6),
+        "chars": (36, 40, 44, 48, 52, 56, 64, 80, 120)}
 QUIET = ("unanswerable", "unrelated")
 
 
@@ -56,53 +62,50 @@ def shipped() -> dict:
     from recalld.core import settings
 
     t = settings.DEFAULTS["tells"]
-    return {"floor": settings.DEFAULTS["floor"], "tell_floor": t["floor"], "min_cos": t["min_cos"], "max": t["max"]}
+    return {"floor": settings.DEFAULTS["floor"], "tell_floor": t["floor"], "min_cos": t["min_cos"], "max": t["max"],
+            "chars": t["chars"]}
 
 
 def tier_config(p: dict) -> dict:
     return {"floor": p["floor"], "whole": True, "max": p["max"], "tell_floor": p["tell_floor"],
-            "min_cos": p["min_cos"], "max_whole": MAX_WHOLE}
+            "min_cos": p["min_cos"], "max_whole": MAX_WHOLE, "chars": p["chars"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _tell_chars(mid: int, text: str, tell, chars: int, hint: bool) -> int:
+    """One tell line as the packer places it, with its separator."""
+    from recalld.core import packer, tiers
+
+    label = f"m{mid} tell"
+    return len(packer.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell, chars, hint)).render()) + 1
 
 
 # --- collecting the candidates ---------------------------------------------------------------
 
 
-def load_sets() -> list:
-    """[(project dict, [(style, need, expected keys)])] for every coding project."""
-    out = []
-    extra = json.loads((DATA / "semantic_needs.json").read_text(encoding="utf-8"))["needs"]
-    for name in SETS:
-        for p in json.loads((DATA / name).read_text(encoding="utf-8"))["projects"]:
-            needs = [(n.get("style") or ("judge-set" if n["expected"] else "unanswerable"), n["need"], n["expected"])
-                     for n in p["needs"]]
-            needs += [(n["style"], n["need"], n["expected"]) for n in extra if n["project"] == p["name"]]
-            out.append((p, needs))
-    return out
-
-
 class Row:
     """One need in one scope: its candidates semantic on and off, each (id, coverage, cosine,
-    whole chars, tell chars, project)."""
+    whole chars, project, text, tell)."""
 
-    __slots__ = ("group", "style", "expected", "on", "off", "text", "project")
+    __slots__ = ("group", "style", "expected", "on", "off", "text", "project", "plain")
 
-    def __init__(self, group, style, expected, on, off, text, project):
+    def __init__(self, group, style, expected, on, off, text, project, plain=None):
         self.group, self.style, self.expected, self.on, self.off = group, style, expected, on, off
-        self.text, self.project = text, project
+        self.text, self.project, self.plain = text, project, plain
 
 
 def collect(enc, tmp: Path) -> tuple:
     """(rows, the store, the projects): every need of every project, asked in its own scope
     and, when answerable, in the next project's (`unrelated`)."""
     from recalld import store
-    from recalld.bench.semantic import Lex
-    from recalld.core import db, packer, tiers
+    from recalld.bench.semantic import Lex, coding_sets
+    from recalld.core import db, packer
     from recalld.core.scope import Scope
     from recalld.core.search import search
     from recalld.daemon.query import DENSE_K, fuse
     from recalld.model import vectors
 
-    sets = load_sets()
+    sets = coding_sets()
     conn = db.connect(tmp / "tells.db")
     conn.execute("PRAGMA synchronous = OFF")
     projs = {}
@@ -115,12 +118,10 @@ def collect(enc, tmp: Path) -> tuple:
     vectors.embed_pending(conn, enc)
     mems = {r[0]: (r[1], r[2], r[3], r[4]) for r in conn.execute("SELECT id, kind, text, tell, project FROM memories")}
 
-    def lengths(mid):
-        kind, text, tell, _ = mems[mid]
+    def about(mid):
+        kind, text, tell, project = mems[mid]
         whole = packer.Item(f"m:{mid}", "memory", f"m{mid} {kind}", text, tell).render()
-        label = f"m{mid} tell"
-        told = packer.Item(f"m:{mid}", "memory", label, tiers.tell_body(mid, label, text, tell)).render()
-        return min(len(whole), 2000) + 1, len(told) + 1
+        return min(len(whole), 2000) + 1, project, text, tell
 
     def cands(text, sc, q):
         hits = search(conn, text, sc, limit=MAX_WHOLE * 3, floor=0.0)
@@ -130,10 +131,13 @@ def collect(enc, tmp: Path) -> tuple:
         cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=enc.model)
         known = {**cos, **dict(dense)}
         cov = {h.id: h.score for h in hits}
-        on = [(i, cov.get(i, 0.0), known.get(i), *lengths(i), mems[i][3])
-              for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3, cos=cos)]
-        off = [(h.id, h.score, None, *lengths(h.id), mems[h.id][3]) for h in hits]
-        return on, off
+        on = [(i, cov.get(i, 0.0), known.get(i), *about(i))
+              for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3 + DENSE_K, cos=cos)]
+        # the same candidates with no fitted weight (the lexical order, then the dense)
+        plain = [(i, cov.get(i, 0.0), known.get(i), *about(i))
+                 for i, _, _ in fuse(lex, dense, None, MAX_WHOLE * 3 + DENSE_K, cos=cos, weight=0.0)]
+        off = [(h.id, h.score, None, *about(h.id)) for h in hits]
+        return on, off, plain
 
     names = list(projs)
     rows = []
@@ -141,11 +145,11 @@ def collect(enc, tmp: Path) -> tuple:
         other = projs[names[(names.index(g) + 1) % len(names)]][0]
         for style, text, exp in needs:
             q = enc.embed_one(text)
-            on, off = cands(text, sc, q)
-            rows.append(Row(g, style, {key2id[k] for k in exp}, on, off, text, sc.project))
+            on, off, plain = cands(text, sc, q)
+            rows.append(Row(g, style, {key2id[k] for k in exp}, on, off, text, sc.project, plain))
             if exp:
-                on, off = cands(text, other, q)
-                rows.append(Row(g, "unrelated", set(), on, off, text, other.project))
+                on, off, plain = cands(text, other, q)
+                rows.append(Row(g, "unrelated", set(), on, off, text, other.project, plain))
     return rows, conn, projs
 
 
@@ -159,7 +163,8 @@ def decide(cs: list, p: dict) -> tuple:
     objs = [tiers.Cand(c[0], "", "", None, c[1], c[2], "") for c in cs]
     whole, told = tiers.choose(objs, tier_config(p))
     by = {c[0]: c for c in cs}
-    chars = sum(by[c.id][3] for c in whole) + sum(by[c.id][4] for c in told)
+    chars = sum(by[c.id][3] for c in whole) + sum(
+        _tell_chars(c.id, by[c.id][5], by[c.id][6], p["chars"], k == 0) for k, c in enumerate(told))
     return [c.id for c in whole], [c.id for c in told], chars
 
 
@@ -170,7 +175,7 @@ def measure(rows: list, p: dict, mode: str = "on") -> dict:
     for r in rows:
         cs = getattr(r, mode)
         whole, told, chars = decide(cs, p)
-        proj = {x[0]: x[5] for x in cs}
+        proj = {x[0]: x[4] for x in cs}
         a = acc.setdefault(r.style, [0, 0, 0, 0, 0])  # n, whole, told, chars, other project
         a[0] += 1
         a[3] += chars
@@ -202,30 +207,68 @@ def admissible(m_on: dict, m_off: dict) -> bool:
     return True
 
 
-def fit(rows: list) -> "tuple[dict | None, dict | None]":
-    best, best_key = None, None
+def table(rows: list) -> dict:
+    """{grid values: {project: (figures semantic on, off)}}: every fold reads the same."""
+    floor = shipped()["floor"]
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r.group, []).append(r)
+    out = {}
     for vals in itertools.product(*GRID.values()):
-        p = dict(zip(GRID, vals))
-        on, off = measure(rows, p, "on"), measure(rows, p, "off")
-        if not admissible(on, off):
+        p = dict(zip(GRID, vals), floor=floor)
+        out[vals] = {g: (measure(rs, p, "on"), measure(rs, p, "off")) for g, rs in by.items()}
+    return out
+
+
+def fit(tab: dict, groups: list) -> "tuple[dict | None, dict | None]":
+    """The admissible setting on `groups` (every one of them on its own) that ranks best."""
+    best, best_key = None, None
+    for vals, per in tab.items():
+        if not all(admissible(*per[g]) for g in groups):
             continue
-        whole = sum(on.get(st, {}).get("reached_whole", 0) for st in ("judge-set", "paraphrased"))
-        key = (on.get("paraphrased", {}).get("reached", 0), on.get("judge-set", {}).get("reached", 0),
-               on.get("lexical", {}).get("reached_whole", 0), whole, -on.get("no_answer_chars", 0))
+        on = [per[g][0] for g in groups]
+        para = [m["paraphrased"] for m in on if "paraphrased" in m]
+        n = sum(x["n"] for x in para) or 1
+        off_para = [per[g][1]["paraphrased"] for g in groups if "paraphrased" in per[g][1]]
+        whole = sum(m[st]["reached_whole"] * m[st]["n"] for m in on for st in ("judge-set", "paraphrased") if st in m)
+        key = (min((x["reached"] for x in para), default=0), round(sum(x["reached"] * x["n"] for x in para) / n, 3),
+               round(sum(x["reached"] * x["n"] for x in off_para) / n, 3), dict(zip(GRID, vals))["chars"],
+               sum(m["lexical"]["reached_whole"] for m in on if "lexical" in m), round(whole, 3),
+               -sum(m.get("unanswerable", {}).get("chars_per_prompt", 0) for m in on))
         if best_key is None or key > best_key:
-            best, best_key = (p, {"on": on, "off": off}), key
+            best, best_key = (dict(zip(GRID, vals), floor=shipped()["floor"]), per), key
     return best if best else (None, None)
 
 
-def validate(rows: list) -> dict:
+def curve(tab: dict, groups: list) -> list:
+    """Per tells.max and tells.chars at the shipped gates: the worst project's paraphrased reach
+    (semantic on) and the most a project's prompts with no answer cost on average."""
+    sh = shipped()
+    out = []
+    for vals, per in tab.items():
+        p = dict(zip(GRID, vals))
+        if (p["tell_floor"], p["min_cos"]) != (sh["tell_floor"], sh["min_cos"]):
+            continue
+        on = [per[g][0] for g in groups]
+        out.append({"max": p["max"], "chars": p["chars"],
+                    "worst_paraphrased": min(m["paraphrased"]["reached"] for m in on if "paraphrased" in m),
+                    "worst_unanswerable_chars": max(m["unanswerable"]["chars_per_prompt"] for m in on if "unanswerable" in m),
+                    "worst_unrelated_chars": max(m["unrelated"]["chars_per_prompt"] for m in on if "unrelated" in m),
+                    "lexical_reached": min(m["lexical"]["reached"] for m in on if "lexical" in m)})
+    return out
+
+
+def validate(rows: list, tab: dict) -> dict:
     """Leave one project out: each project's needs decided by the setting fitted on the rest;
     the pooled held-out figures count every need once, by the fold that left it out."""
     groups = sorted({r.group for r in rows})
     folds, held = [], {"on": [], "off": []}
     for g in groups:
-        p, _ = fit([r for r in rows if r.group != g])
+        p, _ = fit(tab, [x for x in groups if x != g])
         test = [r for r in rows if r.group == g]
         folds.append({"held_out": g, "fitted": p,
+                      "fitted_figures": {m: measure([r for r in rows if r.group != g], p, m) for m in ("on", "off")}
+                      if p else None,
                       "held_out_figures": {m: measure(test, p, m) for m in ("on", "off")} if p else None,
                       "shipped_on_held_out": {m: measure(test, shipped(), m) for m in ("on", "off")}})
         if p:
@@ -258,6 +301,13 @@ def _pooled(pairs: list, mode: str) -> dict:
     return out
 
 
+def fusion_free(rows: list) -> dict:
+    """Whether the fusion's fitted weights change what reaches the agent: every need decided
+    (shipped settings) on the fused order and on the same candidates unweighted."""
+    same = sum(decide(r.on, shipped()) == decide(r.plain, shipped()) for r in rows)
+    return {"same": same, "differ": len(rows) - same}
+
+
 def hook_agrees(rows: list, conn, projs: dict) -> dict:
     """The semantic-off decision here against the hook's own memory_items (shipped settings,
     through a hook context on the same store), need by need."""
@@ -287,7 +337,7 @@ def judge_band(rows: list, threshold: "float | None" = None) -> dict:
     judge models fitted without its group (fit_judge.logo); up to tells.max candidates below the
     threshold and at or above the band's floor are told. The band's floor is the lowest of the
     grid at which, on the groups fitted on, a need nothing answers costs at most what a prompt
-    without an answer may (NO_ANSWER_CHARS, about 110 characters a tell line)."""
+    without an answer may (NO_ANSWER_CHARS, in tell lines of tells.chars)."""
     from recalld.bench import fit_judge
     from recalld.core import settings
     from recalld.judge import calibrated
@@ -325,9 +375,11 @@ def judge_band(rows: list, threshold: "float | None" = None) -> dict:
                 "quiet": len(quiet), "tells_per_quiet_need": round(tells_quiet / len(quiet), 3) if quiet else None,
                 "tells": lines, "right_tells": right}
 
-    # a tell line is about 110 characters: the band may cost a need nothing answers at most
-    # what the pre-step may (NO_ANSWER_CHARS), that is this many tells on average
-    limit = NO_ANSWER_CHARS / 110
+    # a queued tell is one line of tells.chars with how to open it: the band may cost a need
+    # nothing answers at most what a prompt without an answer may, that many lines on average
+    from recalld.core import tiers
+
+    limit = NO_ANSWER_CHARS / (int(settings.DEFAULTS["tells"]["chars"]) + len(tiers.OPEN_HINT.format(id=100)) + 1)
 
     def choose(sub):
         ok = [f for f in floors if (figs(sub, f)["tells_per_quiet_need"] or 0) <= limit]
@@ -357,13 +409,21 @@ def run(quick: bool = False) -> dict:
         out = {"model": enc.model, "shipped": shipped(), "needs": len(rows),
                "groups": sorted({r.group for r in rows}),
                "shipped_figures": {m: measure(rows, shipped(), m) for m in ("on", "off")},
-               "hook_agrees_semantic_off": hook_agrees(rows, conn, projs)}
+               "hook_agrees_semantic_off": hook_agrees(rows, conn, projs),
+               "fusion_weights_change_nothing": fusion_free(rows)}
         conn.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    p, figs = fit(rows)
-    out["fitted_on_all"] = {"params": p, "figures": figs}
-    out["validation"] = validate(rows)
+    tab = table(rows)
+    groups = sorted({r.group for r in rows})
+    p, _ = fit(tab, groups)
+    out["fitted_on_all"] = {"params": p, "figures": {m: measure(rows, p, m) for m in ("on", "off")} if p else None,
+                            "by_project": {g: {m: measure([r for r in rows if r.group == g], p, m)
+                                               for m in ("on", "off")} for g in groups} if p else None}
+    out["shipped_by_project"] = {g: {m: measure([r for r in rows if r.group == g], shipped(), m) for m in ("on", "off")}
+                                 for g in groups}
+    out["validation"] = validate(rows, tab)
+    out["curve"] = curve(tab, groups)
     out["notes"] = ["characters: what the packer places (items and their separators; the <recalld> frame "
                     "is not counted); a need reached whole is not counted as told",
                     "semantic on: the daemon's fused order (recalld.daemon.query.fuse) with its cosines; "

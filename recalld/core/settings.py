@@ -58,13 +58,16 @@ SETTINGS = (
     Setting('tells.whole', True, 'bool', None, None,
             'Deliver what clears the floor whole; false shows it as a tell instead (a line the agent '
             'opens with `recalld show ID` or the MCP tool `show`).'),
-    Setting('tells.max', 2, 'int', 0, 10,
+    Setting('tells.max', 4, 'int', 0, 10,
             "Tells per prompt (and per step from the judge's queue) at most: one line each for the next "
             "candidates below the floor; 0 switches tells off."),
+    Setting('tells.chars', 44, 'int', 32, 400,
+            'The characters of a tell line at most, its `[m12 tell] ` label included (the first line of a '
+            'block adds how to open one): what a prompt with no answer costs is about tells.max such lines.'),
     Setting('tells.floor', 0.1, 'number', 0, 1.01,
             'The coverage score a candidate below the floor needs to be told (above 1: never by '
             'coverage).'),
-    Setting('tells.min_cos', 0.2, 'number', -1, 1.01,
+    Setting('tells.min_cos', 0.1, 'number', -1, 1.01,
             'The embedding cosine (semantic channel on) at which a candidate below the floor is told '
             '(above 1: never by cosine).'),
     Setting('tells.judge_floor', 0.05, 'number', 0, 1.01,

@@ -3,16 +3,20 @@
 
 Whole text only where the evidence is strong: a lexical match that covers `floor` of the
 prompt's informative terms (the judge's threshold does the same for the background queue). The
-next few candidates of the fused order that clear a loose gate (a weaker lexical match, or a
-dense cosine) go out as tells: one line with the memory's id and how to open it. The agent is
-a far stronger judge than any model that runs here, and a line costs it one glance.
+next few candidates that clear a loose gate (a weaker lexical match, or a dense cosine) go out
+as tells: one short line with the memory's id, the first of them saying how to open one. The
+agent is a far stronger judge than any model that runs here, and a line costs it one glance.
 
-The constants are fitted by recalld/bench/tells.py, leave-one-project-out (docs/architecture.md,
-"Two tiers of delivery"); they are the `floor` and `tells.*` settings.
+The tells are taken in the order of their cosine when the semantic channel scored them (the
+lexical order otherwise), not in the fused order: the fusion's weights were fitted for what to
+inject first, and the cosine alone placed paraphrased answers as high among the candidates
+below the floor, with nothing fitted. A prompt with no answer costs about `max` lines of
+`chars`, so those two trade reach against length; recalld/bench/tells.py fits them and the
+gates leave-one-project-out (the `tells.*` settings; `floor` is not refitted there).
 """
 
-TELL_CHARS = 120  # one tell line at most, label and instruction included
-# How a tell says it can be opened: recalld's MCP tool `show`, or the same from a shell.
+# How a tell says it can be opened: recalld's MCP tool `show`, or the same from a shell. Said
+# once, on the first tell of a block: each line's label `[m12 tell]` names its id.
 OPEN_HINT = " (open: recalld show {id})"
 CLAUSE_ENDS = (". ", "; ", "? ", "! ", "\n", " — ", " -- ")
 
@@ -36,22 +40,21 @@ def config(cfg: dict) -> dict:
     t = cfg["tells"]
     return {"floor": float(cfg["floor"]), "whole": bool(t["whole"]), "max": int(t["max"]),
             "tell_floor": float(t["floor"]), "min_cos": float(t["min_cos"]),
-            "max_whole": int(cfg["max_results"])}
+            "max_whole": int(cfg["max_results"]), "chars": int(t["chars"])}
 
 
 def choose(cands: list, tc: dict, not_told: "set | None" = None) -> tuple:
-    """(whole, told): the candidates delivered whole and those told, each in the fused order.
+    """(whole, told): the candidates delivered whole, in the fused order, and those told.
     Whole: coverage at or above `floor` (none when `whole` is off: those are told instead).
-    Told: the next candidates, at most `max`, whose coverage reaches `tell_floor` or whose
-    cosine reaches `min_cos`; never one of `not_told` (ids this session was already told)."""
-    whole, told = [], []
-    for c in cands:
-        if c.coverage >= tc["floor"] and tc["whole"] and len(whole) < tc["max_whole"]:
-            whole.append(c)
-        elif len(told) < tc["max"] and (not not_told or c.id not in not_told) and (
-                c.coverage >= tc["tell_floor"] or c.coverage >= tc["floor"]
-                or (c.cos is not None and c.cos >= tc["min_cos"])):
-            told.append(c)
+    Told: of the rest, by cosine where one was scored (then in the given order), at most
+    `max` whose coverage reaches `tell_floor` or `floor` or whose cosine reaches `min_cos`;
+    never one of `not_told` (ids this session was already told)."""
+    whole = [c for c in cands if tc["whole"] and c.coverage >= tc["floor"]][:tc["max_whole"]]
+    taken = {id(c) for c in whole}
+    rest = sorted((c for c in cands if id(c) not in taken), key=lambda c: (c.cos is None, -(c.cos or 0.0)))
+    told = [c for c in rest if (not not_told or c.id not in not_told) and (
+            c.coverage >= tc["tell_floor"] or c.coverage >= tc["floor"]
+            or (c.cos is not None and c.cos >= tc["min_cos"]))][:max(tc["max"], 0)]
     return whole, told
 
 
@@ -73,9 +76,9 @@ def first_clause(text: str, room: int) -> str:
     return cut.rstrip(" ,:;(") + "…"
 
 
-def tell_body(mid: int, label: str, text: str, tell) -> str:
+def tell_body(mid: int, label: str, text: str, tell, chars: int, hint: bool = True) -> str:
     """What follows `[label] ` in a tell line: the memory's own `tell` when it has one, else its
-    first clause, cut so that the whole line is at most TELL_CHARS, then how to open it."""
-    hint = OPEN_HINT.format(id=mid)
-    room = max(TELL_CHARS - len(label) - 3 - len(hint), 16)
-    return first_clause(tell or text, room) + hint
+    first clause, cut so that `[label] ` and it are at most `chars`; with `hint`, how to open it
+    after that (the first line of a block)."""
+    room = max(chars - len(label) - 3, 16)
+    return first_clause(tell or text, room) + (OPEN_HINT.format(id=mid) if hint else "")

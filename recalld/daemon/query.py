@@ -113,11 +113,12 @@ def fuse(lex: list, dense: list, floor: "float | None", limit: int, *, cos: "dic
          weight: float = DENSE_WEIGHT, base: float = DENSE_BASE, dense_floor: float = DENSE_FLOOR,
          margin: float = DENSE_MARGIN, strong: float = STRONG_LEXICAL) -> list:
     """[(memory id, score, via)] best first, at most `limit`, only what may be injected at
-    `floor` (None: every candidate of the fused order, for measuring it). The score is the
+    `floor` (None: every candidate of the fused order, what the pre-step's tells choose from:
+    behind a strong lexical hit the dense candidates come last, unweighted). The score is the
     lexical coverage plus the dense bonus (the receipt's figure)."""
     use_dense, got = _fused(lex, dense, floor, cos, weight, base, dense_floor, margin, strong)
     out = [(mid, round((lexical or 0.0) + bonus, 4), via) for _, mid, lexical, _, via, inject, bonus in got
-           if inject and (via != "dense" or use_dense)]
+           if floor is None or (inject and (via != "dense" or use_dense))]
     return out[:limit]
 
 
@@ -377,7 +378,8 @@ class QueryServer:
             got = {i for i, _ in dense}
             cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=self.enc.model,
                                   index=self.index)
-        hits = fuse(lex, dense, floor, limit, cos=cos)
+        # the whole order when no floor is asked: the tells pick by cosine from all of it
+        hits = fuse(lex, dense, floor, limit + DENSE_K if floor is None else limit, cos=cos)
         known = {**cos, **dict(dense)}
         return {"v": 1, "hits": [list(h) for h in hits],
                 "cos": {str(i): round(float(known[i]), 4) for i, _, _ in hits if i in known},

@@ -40,14 +40,22 @@ def memory_items(ctx) -> list:
                                      for c in told]
     items = [packer.Item(key=f"m:{c.id}", source="memory", label=f"m{c.id} {c.kind}", body=c.text, tell=c.tell)
              for c in whole]
-    return items + [tell_item(f"m:{c.id}", c.id, c.text, c.tell, meta={}) for c in told]
+    return items + [tell_item(f"m:{c.id}", c.id, c.text, c.tell, meta={}, chars=tc["chars"], hint=k == 0)
+                    for k, c in enumerate(told)]
 
 
-def tell_item(key: str, mid: int, text: str, tell, meta: dict) -> packer.Item:
-    """A memory shown as one line (recalld/core/tiers.py) that the packer never cuts."""
+def tell_item(key: str, mid: int, text: str, tell, meta: dict, chars: "int | None" = None,
+              hint: bool = True) -> packer.Item:
+    """A memory shown as one line (recalld/core/tiers.py) that the packer never cuts; `hint`:
+    the line says how to open it (the first of a block; the label names the others' ids)."""
+    if chars is None:
+        from recalld.core import settings
+
+        chars = int(settings.DEFAULTS["tells"]["chars"])
     label = f"m{mid} tell"
     return packer.Item(key=key, source="memory" if key.startswith("m:") else "queue", label=label,
-                     body=tiers.tell_body(mid, label, text, tell), meta=dict(meta, tier="tell", memory_id=mid))
+                       body=tiers.tell_body(mid, label, text, tell, chars, hint),
+                       meta=dict(meta, tier="tell", memory_id=mid))
 
 
 def candidates(ctx, asked, hits: list) -> list:
