@@ -152,9 +152,13 @@ def test_the_judges_middle_band_is_queued_as_tells_and_shown_as_one_line(home, p
     assert [q["tier"] for q in r["detail"]["queued"]] == ["whole", "tell"]
     payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
                           "cwd": str(project), "session_id": "s1"}).encode()
+    settings.save({"tells": {"chars": 40}})  # the user's length holds for the queue's tells too
     out, rr = hook.run(["pre-tool", "--agent", "claude"], payload)
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert PORT in ctx and f"[m{b} tell] Money is integer cents" in ctx and "never floats" not in ctx
+    line = next(ln for ln in ctx.splitlines() if f"[m{b} tell]" in ln)
+    assert line.endswith(f" (open: recalld show {b})") and ctx.count("(open: recalld show ") == 1
+    assert len(line[line.index("[m"):].split(" (open:")[0]) <= 40
     assert rr["detail"]["told"] == [f"m:{b}"] and len(rr["delivered_ids"]) == 1
     # what the queue told this session is not told again by the pre-step
     settings.save({"floor": 0.95, "tells": {"floor": 0.1}})

@@ -99,8 +99,12 @@ def queue_items(ctx: Ctx) -> list:
         (ctx.hi.session, *params, now, steps)).fetchall()
     ctx.receipt["candidates"] += len(rows)
     ctx.receipt["above_floor"] += len(rows)
-    # The judge's middle band (recalld/daemon/passes.py) was queued as tells: one line each.
-    return [tell_item(f"q:{row['qid']}", row["id"], row["text"], row["tell"], {"qid": row["qid"]}) if row["tier"] == "tell"
+    # The judge's middle band (recalld/daemon/passes.py) was queued as tells: one line each, at
+    # the user's tells.chars, the first saying how to open one (as the pre-step's tells do).
+    chars = (ctx.cfg.get("tells") or {}).get("chars")
+    first_tell = next((row["qid"] for row in rows if row["tier"] == "tell"), None)
+    return [tell_item(f"q:{row['qid']}", row["id"], row["text"], row["tell"], {"qid": row["qid"]},
+                      chars=chars, hint=row["qid"] == first_tell) if row["tier"] == "tell"
             else packer.Item(key=f"q:{row['qid']}", source="queue", label=f"m{row['id']} {row['kind']} · judged",
                            body=row["text"], tell=row["tell"], meta={"qid": row["qid"], "memory_id": row["id"]})
             for row in rows]
