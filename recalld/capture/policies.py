@@ -102,7 +102,7 @@ def grounding(text: str, window: str) -> float:
 
 
 def invented_numbers(text: str, window: str) -> list:
-    """Numbers in the draft that the window never says: the seeds' invented statistic."""
+    """Numbers in the draft that the window never says: a proposer once invented a statistic this way."""
     return [n for n in _NUMBER.findall(text) if n not in window]
 
 
