@@ -343,3 +343,73 @@ def test_doctor_says_who_ran_its_hook(server, project):
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     assert rep["hook_run"]["receipt"]["served"] == "daemon", rep["hook_run"]
+
+
+@pytest.mark.parametrize("env", [
+    {"RECALLD_HOME": "/srv/recall"}, {"RECALLD_HOME": "/srv/recall/"}, {"RECALLD_HOME": "~"},
+    {"RECALLD_HOME": "~/r", "HOME": "/home/ann/"}, {"RECALLD_HOME": "~/r", "HOME": "/"},
+    {"RECALLD_HOME": "~/r", "HOME": ""}, {"RECALLD_HOME": "relative/dir"},
+    {"XDG_DATA_HOME": "/x/data"}, {"XDG_DATA_HOME": "/x/data/"}, {"XDG_DATA_HOME": "rel"},
+    {"XDG_DATA_HOME": "", "HOME": "/home/ann"}, {"HOME": "/home/ann//"}, {"HOME": "/"}, {"HOME": ""},
+    {"RECALLD_HOME": "", "HOME": "/h"}, {"RECALLD_HOME": "/caf\u00e9/r\u00e9", "HOME": "/h"},
+])
+def test_the_launcher_finds_the_home_as_recalld_does(monkeypatch, env):
+    """The launcher works the home out without `os` (served.py): the same directory, or it does
+    not guess (a ~user home, no HOME) and the process runs the hook."""
+    from recalld.core import paths
+
+    for k in ("RECALLD_HOME", "XDG_DATA_HOME", "HOME"):
+        monkeypatch.delenv(k, raising=False)
+    env = dict({"HOME": "/home/default"}, **env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert served._env() == dict(os.environ)
+    assert served._home(served._env()) == paths.home()
+    assert served.socket_path() == os.path.join(paths.home(), "run", served.SOCKET_NAME)
+
+
+def test_a_home_only_os_can_work_out_is_not_guessed(monkeypatch):
+    monkeypatch.setenv("RECALLD_HOME", "~root/r")
+    with pytest.raises(served.Unsure):
+        served._home(served._env())
+    monkeypatch.delenv("RECALLD_HOME")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("HOME")
+    with pytest.raises(served.Unsure):
+        served._home(served._env())
+    reader = lambda: b"{}"  # noqa: E731
+    assert served.main(["prompt-submit"], reader) == (False, None, reader)  # it runs here, input unread
+
+
+@pytest.mark.parametrize("text", ["plain", 'quo"te \\ back', "tab\tnew\nline\x00\x1f\x7f", "caf\u00e9 \u2603 \U0001f600",
+                                  "lone \udcff surrogate", ""])
+def test_the_request_line_is_what_json_writes(text):
+    from recalld.core import jsonio
+
+    head = {"v": served.PROTOCOL, "version": "0.1.0", "uid": "ab" * 16, "argv": ["prompt-submit", text],
+            "cwd": "/w/" + text, "home": "/h", "env": {"RECALLD_X": text, "RECALLD_" + text: "1"}, "n": 12}
+    assert served._request(head) == jsonio.dumps(head, ensure_ascii=True).encode("ascii")
+    assert json.loads(served._request(head)) == head
+
+
+def test_a_served_run_loads_no_module_beyond_its_client(server, project):
+    """Until the daemon has answered, the launcher imports only its own package's three modules
+    and `_socket` beyond a bare `python -I -S` start (no os, no recalld.core, no JSON module)."""
+    probe = ("import posix, sys\n_exit = posix._exit\n"
+             "def report(code):\n"
+             "    sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+             "    _exit(code)\n"
+             "posix._exit = report\n"
+             "sys.argv = [sys.argv[1], 'hook', *sys.argv[2:]]\n"
+             "exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'),\n"
+             "     {'__name__': '__main__', '__file__': sys.argv[0], '__package__': None})\n")
+    bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(' '.join(sys.modules))"],
+                          capture_output=True, text=True).stdout.split()
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", probe, entries.LAUNCHER, "prompt-submit"],
+                         input=json.dumps(prompt(project, "mods", "anything")).encode(), capture_output=True,
+                         cwd="/", env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    lines = [x for x in res.stderr.decode().splitlines() if x.startswith("MODULES ")]
+    assert res.returncode == 0 and len(lines) == 1, res.stderr.decode()
+    extra = set(lines[0].split()[1:]) - set(bare)
+    assert extra == {"gc", "posix", "_socket", "recalld", "recalld.hook", "recalld.hook.served"} - set(bare), extra
+    assert last("mods")[0]["detail"]["served"] == "daemon"

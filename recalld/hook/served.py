@@ -28,14 +28,19 @@ writes the run's receipt itself under that uid (`record_unconfirmed`): an error 
 daemon did not confirm, its output's size, nothing counted as delivered. The uid is unique in
 the store, so whichever of the two commits first is the run's one receipt.
 
+Until it knows that no daemon serves, this module imports only what a bare `python -I -S`
+start has already loaded or builds in (`sys`, `posix`, `_signal`) and `_socket`, plus the two
+packages above it: `os`, `recalld.core.paths` and the JSON module cost a served run about 2 ms
+of its ~5 (docs/evaluation.md). So the home directory and the request's JSON are made here,
+from `posix`; a value this cannot write exactly as `os` and `json` would (a `~user` home, an
+environment `posix` cannot decode) leaves the run to the process, as when no daemon listens.
 `_socket` rather than `socket`, as in recalld.hook.semantic: `socket` imports selectors and enum.
 """
 
-import os
+import posix
 import sys
 
 from recalld import __version__
-from recalld.core import paths
 from recalld.hook import MAX_INPUT
 
 SOCKET_NAME = "hook.sock"
@@ -51,8 +56,67 @@ MAX_OUTPUT = 1 << 22
 LOCAL_EVENTS = ("commit",)
 
 
-def socket_path() -> str:
-    return os.path.join(paths.home(), "run", SOCKET_NAME)
+class Unsure(Exception):
+    """A value this module would have to guess at where `os` knows: the process runs the hook."""
+
+
+def _env() -> dict:
+    """os.environ as `os` builds it (the file system's encoding, surrogateescape)."""
+    enc = sys.getfilesystemencoding()
+    return {k.decode(enc, "surrogateescape"): v.decode(enc, "surrogateescape") for k, v in posix.environ.items()}
+
+
+def _join(a: str, *parts: str) -> str:
+    """os.path.join on POSIX."""
+    for b in parts:
+        a = b if b.startswith("/") else a + b if not a or a.endswith("/") else a + "/" + b
+    return a
+
+
+def _home(env: dict) -> str:
+    """recalld.core.paths.home() for this environment (tests/test_hook_served.py holds them equal)."""
+    v = env.get("RECALLD_HOME")
+    if v:
+        if v.startswith("~"):
+            if not (v == "~" or v.startswith("~/")) or "HOME" not in env:
+                raise Unsure("home")  # ~user, or no HOME: os asks the password database
+            v = (env["HOME"].rstrip("/") + v[1:]) or "/"
+        return v
+    xdg = env.get("XDG_DATA_HOME")
+    if not xdg:
+        if "HOME" not in env:
+            raise Unsure("home")
+        xdg = _join(env["HOME"].rstrip("/") or "/", ".local", "share")
+    return _join(xdg, "recalld")
+
+
+def socket_path(env: "dict | None" = None) -> str:
+    return _join(_home(_env() if env is None else env), "run", SOCKET_NAME)
+
+
+def _q(s: str) -> str:
+    """A JSON string as json.dumps(ensure_ascii=True) writes it."""
+    if s.isascii() and s.isprintable():
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    import _json  # a control or non-ASCII character: the encoder json itself uses
+
+    return _json.encode_basestring_ascii(s)
+
+
+def _request(head: dict) -> bytes:
+    """The request's first line: a flat object of str, int, a list of str and a str -> str dict."""
+    out = []
+    for k, v in head.items():
+        if isinstance(v, str):
+            v = _q(v)
+        elif isinstance(v, int):
+            v = str(int(v))
+        elif isinstance(v, list):
+            v = "[" + ", ".join(_q(x) for x in v) + "]"
+        else:
+            v = "{" + ", ".join(_q(a) + ": " + _q(b) for a, b in v.items()) + "}"
+        out.append(_q(k) + ": " + v)
+    return ("{" + ", ".join(out) + "}").encode("ascii")
 
 
 def _event(argv: list) -> "str | None":
@@ -101,12 +165,19 @@ class Unconfirmed:
         self.uid, self.ok, self.why, self.n = uid, ok, why, n
 
 
-def serve(argv: list, data: bytes, write):
+def serve(argv: list, data: bytes, write, env: "dict | None" = None):
     """Have the daemon run this hook. None: it did (the output went to `write`, the daemon
     wrote the receipt). Unconfirmed: it did, and then the daemon did not say its receipt is
-    written. Else a string, why not, and nothing was written anywhere: the caller runs it."""
-    path = socket_path()
-    uid = os.urandom(16).hex()  # the run's receipt's, whoever writes it
+    written. Else a string, why not, and nothing was written anywhere: the caller runs it.
+    `env`: this process's environment (_env)."""
+    env = _env() if env is None else env
+    try:
+        home = _home(env)
+        cwd = posix.getcwd()
+    except (Unsure, OSError) as e:
+        return f"error: {type(e).__name__}"
+    path = _join(home, "run", SOCKET_NAME)
+    uid = posix.urandom(16).hex()  # the run's receipt's, whoever writes it
     try:
         import _socket
 
@@ -114,17 +185,15 @@ def serve(argv: list, data: bytes, write):
     except (ImportError, OSError):
         return "error: no unix sockets"
     try:
-        from recalld.core import jsonio
-
         s.settimeout(CONNECT_S)
         try:
             s.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             return "down"  # a socket file left by a daemon that died
-        env = {k: v for k, v in os.environ.items() if k.startswith("RECALLD_")}
-        head = {"v": PROTOCOL, "version": __version__, "uid": uid, "argv": argv, "cwd": os.getcwd(),
-                "home": paths.home(), "env": env, "n": len(data)}
-        s.sendall(jsonio.dumps(head, ensure_ascii=True).encode("ascii") + b"\n" + data)
+        ours = {k: v for k, v in env.items() if k.startswith("RECALLD_")}
+        head = {"v": PROTOCOL, "version": __version__, "uid": uid, "argv": argv, "cwd": cwd,
+                "home": home, "env": ours, "n": len(data)}
+        s.sendall(_request(head) + b"\n" + data)
         buf = bytearray()
         took = _line(s, buf)
         if took[:1] != b"A":
@@ -168,7 +237,7 @@ class InputCut(Exception):
     """The input did not reach its end within the hook's deadline."""
 
 
-def _deadline_s(argv: list) -> float:
+def _deadline_s(argv: list, env: dict) -> float:
     """The deadline the hook would run under, without reading settings (the daemon reads them):
     --deadline-ms, RECALLD_DEADLINE_MS, else the default; only bounds reading the input here."""
     for a, b in zip(argv, argv[1:] + [""]):
@@ -176,7 +245,7 @@ def _deadline_s(argv: list) -> float:
         if v is not None:
             break
     else:
-        v = os.environ.get("RECALLD_DEADLINE_MS")
+        v = env.get("RECALLD_DEADLINE_MS")
     try:
         ms = int(v)
     except (TypeError, ValueError):
@@ -207,11 +276,12 @@ def main(argv: list, read_stdin) -> tuple:
     if _event(argv) in LOCAL_EVENTS:
         return False, None, read_stdin
     try:
-        os.stat(socket_path())
-    except OSError:
+        env = _env()
+        posix.stat(socket_path(env))
+    except (OSError, Unsure, UnicodeError):  # no daemon, or a home only `os` can work out: run here
         return False, None, read_stdin
     try:
-        data = _read(read_stdin, _deadline_s(argv))
+        data = _read(read_stdin, _deadline_s(argv, env))
     except InputCut:
         return False, "timeout: input", None
     except Exception:  # no SIGALRM here: read as the in-process run reads
@@ -221,7 +291,7 @@ def main(argv: list, read_stdin) -> tuple:
         sys.stdout.buffer.write(b)
         sys.stdout.buffer.flush()
 
-    why = serve(argv, data, write)
+    why = serve(argv, data, write, env)
     if why is None:
         return True, None, None
     if isinstance(why, Unconfirmed):
@@ -235,6 +305,8 @@ def record_unconfirmed(argv: list, data: bytes, u: Unconfirmed) -> str:
     own: if the daemon's is in the store (its commit was only slow) the uid is taken and this
     one is not written. Returns where it went (recalld.core.receipts.record), or "error"."""
     try:
+        import os
+
         from recalld.core import db, jsonio, receipts, scope
         from recalld.hook import payloads
         from recalld.hook import run as hook_run
@@ -271,12 +343,45 @@ def read_stdin() -> bytes:
         return b""
 
 
+def import_sqlite() -> None:
+    """Import the _sqlite3 C module without importing functools.
+
+    Its module init asks functools for `lru_cache`, only to build each connection's statement
+    cache, and functools imports collections (whose namedtuple compiles source): about as many
+    instructions as the rest of the hook's imports together. `functools.lru_cache(n)(f)` is the
+    C wrapper `_functools._lru_cache_wrapper(f, n, False, CacheInfo)`, so the C module is handed
+    exactly that; the stand-in leaves sys.modules as soon as the import returns, and a later
+    `import functools` gets the real one. Anything unexpected: the plain import."""
+    if "_sqlite3" in sys.modules or "functools" in sys.modules:
+        return
+    try:
+        import _functools
+
+        def lru_cache(maxsize=128, typed=False):
+            size = max(0, maxsize) if isinstance(maxsize, int) else None  # as functools.lru_cache
+
+            def decorating(fn):
+                return _functools._lru_cache_wrapper(fn, size, typed, lambda *info: info)
+            return decorating
+
+        stand_in = type(sys)("functools")
+        stand_in.lru_cache = lru_cache
+        sys.modules["functools"] = stand_in
+        try:
+            import _sqlite3  # noqa: F401
+        finally:
+            if sys.modules.get("functools") is stand_in:
+                del sys.modules["functools"]
+    except Exception:
+        sys.modules.pop("_sqlite3", None)
+
+
 def launch(argv: list, before_run=None) -> None:
     """A hook process: served by the daemon, else run here (recalld.hook.run). Exits the
     process. `before_run`: called before the in-process run's imports (the launcher's)."""
     done, why, data = main(argv, read_stdin)
     if done:
-        os._exit(0)
+        posix._exit(0)
     if before_run is not None:
         before_run()
     from recalld.hook.run import main as run_main
