@@ -25,11 +25,27 @@ from test_crystals import cdir, put  # noqa: F401 (fixtures)
 LAUNCHER = [sys.executable, "-I", "-S", entries.LAUNCHER, "hook"]
 
 
+def _count(session):
+    from recalld.core import paths
+
+    if not session or not os.path.exists(paths.db_path()):
+        return 0
+    return len(receipts.read(db.connect(readonly=True), session=session))
+
+
 def hook(event, data, env=None, agent="claude", cwd="/"):
+    """Run the launcher; return its output once the run's receipt is in (a served prompt's
+    hook process may exit before the daemon's commit, served.py's "L")."""
     argv = [*LAUNCHER, event, *(["--agent", agent] if agent else [])]
+    session = data.get("session_id") if isinstance(data, dict) else None
+    before = _count(session)
     p = subprocess.run(argv, input=json.dumps(data).encode(), capture_output=True, timeout=60, cwd=cwd,
                        env=dict(os.environ, **(env or {})))
     assert p.returncode == 0 and p.stderr == b"", p.stderr
+    for _ in range(500):
+        if not session or _count(session) > before:
+            break
+        time.sleep(0.01)
     return p.stdout.decode()
 
 
@@ -142,7 +158,7 @@ def _raw(head_over=None, data=b"", stop_after=None, answer=b"K\n"):
         s.close()
         return took
     line = f.readline()
-    f.read(int(line[2:]))
+    f.read(int(line.split()[1]))
     if stop_after == "O":
         s.close()
         return line
@@ -170,9 +186,10 @@ def test_a_request_without_its_uid_is_refused(server, project):
 
 
 @contextlib.contextmanager
-def dying_daemon(write_receipt=False):
+def dying_daemon(write_receipt=False, leave=False, hold_d=None):
     """A daemon that takes the run, sends its output and dies before saying the receipt is in:
-    with `write_receipt` it had committed it first (only the D was lost)."""
+    with `write_receipt` it had committed it first (only the D was lost). `leave`: its output
+    line lets the hook process go before D; `hold_d`: an Event it waits for, then says D."""
     path = served.socket_path()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -187,12 +204,14 @@ def dying_daemon(write_receipt=False):
         f.read(head["n"])
         seen.update(head)
         body = b'{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "m1 fact"}}'
-        c.sendall(b"A 300\n" + b"O %d\n" % len(body) + body)
+        c.sendall(b"A 300\n" + b"O %d%s\n" % (len(body), b" L" if leave else b"") + body)
         seen["ack"] = f.readline()
         if write_receipt:
             r = receipts.new("hook", "prompt-submit")
             r.update(uid=head["uid"], outcome="delivered", delivered=1, session="lost", detail={"served": "daemon"})
             receipts.record(db.connect(), r, lambda conn: None)
+        if hold_d is not None and hold_d.wait(20):
+            c.sendall(b"D\n")
         c.close()  # no D
 
     t = threading.Thread(target=answer, daemon=True)
@@ -413,3 +432,35 @@ def test_a_served_run_loads_no_module_beyond_its_client(server, project):
     extra = set(lines[0].split()[1:]) - set(bare)
     assert extra == {"gc", "posix", "_socket", "recalld", "recalld.hook", "recalld.hook.served"} - set(bare), extra
     assert last("mods")[0]["detail"]["served"] == "daemon"
+
+
+def test_a_prompt_s_hook_process_leaves_before_the_receipt_and_a_tool_s_waits(server, project):
+    assert _raw(data=json.dumps(prompt(project, "lv", "anything")).encode(), stop_after="O").endswith(b" L\n")
+    pre = {"session_id": "lv", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+           "tool_input": {"command": "ls"}, "tool_use_id": "t1"}
+    line = _raw({"argv": ["pre-tool", "--agent", "claude"]}, data=json.dumps(pre).encode(), stop_after="O")
+    assert line.startswith(b"O ") and len(line.split()) == 2  # no L: the agent's next act may follow at once
+
+
+def test_a_hook_process_let_go_exits_before_d_and_its_child_waits_for_it(home, project):
+    settings.save({})
+    release = threading.Event()
+    with dying_daemon(write_receipt=True, leave=True, hold_d=release) as seen:
+        # D is withheld until the launcher has exited: a launcher that waited for it would time out
+        out = subprocess.run([*LAUNCHER, "prompt-submit", "--agent", "claude"], capture_output=True, timeout=15,
+                             input=json.dumps(prompt(project, "lost", "anything at all")).encode())
+        release.set()
+    assert out.returncode == 0 and out.stdout.count(b"m1 fact") == 1 and seen["ack"] == b"K\n"
+    time.sleep(0.5)
+    r, n = last("lost")  # the daemon's receipt; the child got its D and wrote nothing
+    assert n == 1 and r["uid"] == seen["uid"] and r["outcome"] == "delivered" and receipts.read_fallback() == []
+
+
+def test_a_hook_process_let_go_whose_daemon_dies_still_leaves_one_receipt(home, project):
+    settings.save({})
+    with dying_daemon(leave=True) as seen:
+        out = hook("prompt-submit", prompt(project, "lost", "anything at all"))
+    assert seen["ack"] == b"K\n" and out.count("m1 fact") == 1
+    r, n = last("lost")  # written by the hook process's child, under the run's uid
+    assert n == 1 and r["uid"] == seen["uid"] and r["error"] == "served: unconfirmed" and r["delivered"] == 0
+    assert r["detail"]["served"] == "unconfirmed: EOFError"

@@ -9,7 +9,8 @@ daemon's). What differs is only what is warm: the imports, the connection and it
 the stemmer's temporary table, the crystal index and the word table.
 
 The receipt is written after the hook process says the output reached its stdout (K), in the
-same transaction as the rows the run records (served items, queue deliveries, holds); F (the
+same transaction as the rows the run records (served items, queue deliveries, holds); the hook
+process waits for it (D) except where the output's line lets it go first (LEAVE_ACTS); F (the
 write failed) writes it as an error with nothing delivered; a hook process that goes away
 before either falls back to running the hook itself, so the daemon writes nothing for it and
 the receipt is the one that process writes. The receipt takes the uid the hook process sent: a
@@ -45,6 +46,10 @@ ACK_S = 2.0  # for the hook process's K or F
 # leave few runs to run themselves (figures: docs/evaluation.md, "Hooks under load").
 THREADS = 8
 MAX_HEADER = 64 * 1024
+# Acts whose hook process may exit before the receipt's commit (served.py, "L"): after a prompt
+# or a session start the agent's next hook of that session follows a model call. After a tool's
+# hook the next (a parallel call's) can start at once, and must find this one's deliveries.
+LEAVE_ACTS = ("prompt", "boot")
 
 
 class Refused(Exception):
@@ -242,7 +247,8 @@ class HookServer:
             c.sendall(b"A %d\n" % this_run.deadline_ms)
             out, after = hook_run.work(this_run, data, alarm=False, cwd=head["cwd"], conn=conn)
             body = out.encode("utf-8", "replace")
-            c.sendall(b"O %d\n" % len(body) + body)
+            leave = this_run.receipt.get("act") in LEAVE_ACTS and "gated" not in this_run.receipt["detail"]
+            c.sendall(b"O %d%s\n" % (len(body), b" L" if leave else b"") + body)
             c.settimeout(ACK_S)
             ack = b""
             while not ack.endswith(b"\n") and len(ack) < 8:

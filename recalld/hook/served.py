@@ -7,13 +7,21 @@ so when it listens on RECALLD_HOME/run/hook.sock the launcher hands it the run: 
 vector, the input bytes, the directory and the RECALLD_* environment. The daemon runs the same
 code (recalld.hook.run's begin / work / finish) on its own connection and sends the output; the
 hook writes it to the agent and says so; only then does the daemon write the receipt, and the
-hook exits once it is written (a held act's retry must find its hold).
+hook exits once it is written (a held act's retry must find its hold, and after a tool's hook
+the agent may start the next act's at once: it must see this one's deliveries).
 
-    hook -> daemon   {"v": 2, "version", "uid", "argv", "cwd", "home", "env", "n"}\\n + n input bytes
+    hook -> daemon   {"v": 3, "version", "uid", "argv", "cwd", "home", "env", "n"}\\n + n input bytes
     daemon -> hook   A <deadline ms>\\n        the daemon has taken the run (or R <why>\\n: refused)
-    daemon -> hook   O <n>\\n + n output bytes
+    daemon -> hook   O <n>[ L]\\n + n output bytes   (L: the hook process may leave before D)
     hook -> daemon   K\\n  written to stdout   (F\\n: the write failed: the receipt says so)
     daemon -> hook   D\\n  the receipt is written
+
+L is the daemon's to give, for a prompt and a session start that held nothing: the agent's next
+hook of that session follows a model call, hundreds of milliseconds later, while the commit
+takes about one (docs/evaluation.md). With L the hook process forks once K is sent; the parent
+exits at once (the agent waits for it) and the child, off the agent's pipes and process group,
+waits for D as the process otherwise would and writes the unconfirmed receipt when none comes
+(below). A fork that fails: the process waits itself.
 
 Until the hook sends K the daemon has written nothing, so whenever the exchange breaks before
 that (no socket, nobody listening, the daemon busy past CONNECT_S, no output by its deadline, a
@@ -44,7 +52,7 @@ from recalld import __version__
 from recalld.hook import MAX_INPUT
 
 SOCKET_NAME = "hook.sock"
-PROTOCOL = 2
+PROTOCOL = 3
 # A daemon that has not taken the run this soon is busy with others or stuck: the hook does
 # not queue behind it, it runs itself (under load that spreads the work over both).
 CONNECT_S = 0.05
@@ -199,10 +207,10 @@ def serve(argv: list, data: bytes, write, env: "dict | None" = None):
         if took[:1] != b"A":
             return "refused: " + took[2:200].decode("utf-8", "replace")
         s.settimeout(int(took[2:]) / 1000 + GRACE_S)
-        head = _line(s, buf)
-        if head[:2] != b"O ":
+        head = _line(s, buf).split(b" ")
+        if head[0] != b"O" or len(head) not in (2, 3) or head[2:] not in ([], [b"L"]):
             return "error: bad answer"
-        n = int(head[2:])
+        n = int(head[1])
         if not 0 <= n <= MAX_OUTPUT:
             return "error: bad answer"
         out = _exactly(s, buf, n) if n else b""
@@ -215,6 +223,8 @@ def serve(argv: list, data: bytes, write, env: "dict | None" = None):
         try:
             s.settimeout(DONE_S)
             s.sendall(b"K\n" if ok else b"F\n")
+            if head[2:] and _detach():
+                return None  # the child waits for D
             done = _line(s, buf)
         except TimeoutError:
             return Unconfirmed(uid, ok, "timeout", n)
@@ -231,6 +241,25 @@ def serve(argv: list, data: bytes, write, env: "dict | None" = None):
         return f"error: {type(e).__name__}"
     finally:
         s.close()
+
+
+def _detach() -> bool:
+    """Fork: True in the parent, which may exit now; False in the child, which goes on (off the
+    agent's stdin, stdout, stderr and process group), and when the fork failed."""
+    try:
+        pid = posix.fork()
+    except OSError:
+        return False
+    if pid:
+        return True
+    try:
+        posix.setsid()
+        null = posix.open("/dev/null", posix.O_RDWR)
+        for fd in (0, 1, 2):
+            posix.dup2(null, fd)
+    except OSError:
+        pass
+    return False
 
 
 class InputCut(Exception):
