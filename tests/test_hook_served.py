@@ -464,3 +464,20 @@ def test_a_hook_process_let_go_whose_daemon_dies_still_leaves_one_receipt(home, 
     r, n = last("lost")  # written by the hook process's child, under the run's uid
     assert n == 1 and r["uid"] == seen["uid"] and r["error"] == "served: unconfirmed" and r["delivered"] == 0
     assert r["detail"]["served"] == "unconfirmed: EOFError"
+
+
+def test_an_idle_daemon_freezes_what_it_keeps_at_most_once_a_minute():
+    """(hookserver.settle: full collections then walk only what was made since.)"""
+    import gc
+
+    srv = hookserver.HookServer(1)
+    try:
+        gc.unfreeze()
+        keep = [[i] for i in range(1000)]  # noqa: F841 (kept alive: frozen with the rest)
+        t = time.monotonic()
+        assert not srv.settle(t)  # a run may be on its way: not while hooks keep coming
+        assert srv.settle(t + hookserver.IDLE_S) and gc.get_freeze_count() > 1000
+        assert not srv.settle(t + hookserver.IDLE_S + hookserver.FREEZE_EVERY_S / 2)  # too soon
+        assert srv.settle(time.monotonic() + hookserver.IDLE_S + hookserver.FREEZE_EVERY_S)
+    finally:
+        gc.unfreeze()
