@@ -481,3 +481,10 @@ def test_an_idle_daemon_freezes_what_it_keeps_at_most_once_a_minute():
         assert srv.settle(time.monotonic() + hookserver.IDLE_S + hookserver.FREEZE_EVERY_S)
     finally:
         gc.unfreeze()
+
+
+def test_without_posix_the_hook_runs_itself(monkeypatch):
+    monkeypatch.setattr(served, "posix", None)
+    reader = lambda: b"{}"  # noqa: E731
+    assert served.main(["prompt-submit"], reader) == (False, None, reader)
+    assert served.serve(["prompt-submit"], b"{}", lambda b: None, {}) == "error: not POSIX"

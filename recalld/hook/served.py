@@ -45,8 +45,12 @@ environment `posix` cannot decode) leaves the run to the process, as when no dae
 `_socket` rather than `socket`, as in recalld.hook.semantic: `socket` imports selectors and enum.
 """
 
-import posix
 import sys
+
+try:
+    import posix
+except ImportError:  # not POSIX: no daemon runs there (recalld/hook/autostart.py); the hook runs here
+    posix = None
 
 from recalld import __version__
 from recalld.hook import MAX_INPUT
@@ -178,6 +182,8 @@ def serve(argv: list, data: bytes, write, env: "dict | None" = None):
     wrote the receipt). Unconfirmed: it did, and then the daemon did not say its receipt is
     written. Else a string, why not, and nothing was written anywhere: the caller runs it.
     `env`: this process's environment (_env)."""
+    if posix is None:
+        return "error: not POSIX"
     env = _env() if env is None else env
     try:
         home = _home(env)
@@ -302,7 +308,7 @@ def main(argv: list, read_stdin) -> tuple:
     caller runs it in-process with `input` (the reader, or the bytes already read; None when
     reading them ran past the deadline) and puts `why` in the receipt. When no daemon listens
     nothing is read (one stat) and `why` is None."""
-    if _event(argv) in LOCAL_EVENTS:
+    if posix is None or _event(argv) in LOCAL_EVENTS:
         return False, None, read_stdin
     try:
         env = _env()
