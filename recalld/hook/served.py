@@ -259,9 +259,12 @@ def _detach() -> bool:
     if pid:
         return True
     try:
-        posix.setsid()
+        posix.setsid()  # out of the agent's process group: a kill of that group once the hook exits spares it
+    except OSError:
+        pass
+    try:
         null = posix.open("/dev/null", posix.O_RDWR)
-        for fd in (0, 1, 2):
+        for fd in (0, 1, 2):  # the agent reads the hook's output until every copy of its pipe is closed
             posix.dup2(null, fd)
     except OSError:
         pass
