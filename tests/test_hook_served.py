@@ -25,11 +25,27 @@ from test_crystals import cdir, put  # noqa: F401 (fixtures)
 LAUNCHER = [sys.executable, "-I", "-S", entries.LAUNCHER, "hook"]
 
 
+def _count(session):
+    from recalld.core import paths
+
+    if not session or not os.path.exists(paths.db_path()):
+        return 0
+    return len(receipts.read(db.connect(readonly=True), session=session))
+
+
 def hook(event, data, env=None, agent="claude", cwd="/"):
+    """Run the launcher; return its output once the run's receipt is in (a served prompt's
+    hook process may exit before the daemon's commit, served.py's "L")."""
     argv = [*LAUNCHER, event, *(["--agent", agent] if agent else [])]
+    session = data.get("session_id") if isinstance(data, dict) else None
+    before = _count(session)
     p = subprocess.run(argv, input=json.dumps(data).encode(), capture_output=True, timeout=60, cwd=cwd,
                        env=dict(os.environ, **(env or {})))
     assert p.returncode == 0 and p.stderr == b"", p.stderr
+    for _ in range(500):
+        if not session or _count(session) > before:
+            break
+        time.sleep(0.01)
     return p.stdout.decode()
 
 
@@ -142,7 +158,7 @@ def _raw(head_over=None, data=b"", stop_after=None, answer=b"K\n"):
         s.close()
         return took
     line = f.readline()
-    f.read(int(line[2:]))
+    f.read(int(line.split()[1]))
     if stop_after == "O":
         s.close()
         return line
@@ -170,9 +186,10 @@ def test_a_request_without_its_uid_is_refused(server, project):
 
 
 @contextlib.contextmanager
-def dying_daemon(write_receipt=False):
+def dying_daemon(write_receipt=False, leave=False, hold_d=None):
     """A daemon that takes the run, sends its output and dies before saying the receipt is in:
-    with `write_receipt` it had committed it first (only the D was lost)."""
+    with `write_receipt` it had committed it first (only the D was lost). `leave`: its output
+    line lets the hook process go before D; `hold_d`: an Event it waits for, then says D."""
     path = served.socket_path()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -187,12 +204,14 @@ def dying_daemon(write_receipt=False):
         f.read(head["n"])
         seen.update(head)
         body = b'{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "m1 fact"}}'
-        c.sendall(b"A 300\n" + b"O %d\n" % len(body) + body)
+        c.sendall(b"A 300\n" + b"O %d%s\n" % (len(body), b" L" if leave else b"") + body)
         seen["ack"] = f.readline()
         if write_receipt:
             r = receipts.new("hook", "prompt-submit")
             r.update(uid=head["uid"], outcome="delivered", delivered=1, session="lost", detail={"served": "daemon"})
             receipts.record(db.connect(), r, lambda conn: None)
+        if hold_d is not None and hold_d.wait(20):
+            c.sendall(b"D\n")
         c.close()  # no D
 
     t = threading.Thread(target=answer, daemon=True)
@@ -343,3 +362,129 @@ def test_doctor_says_who_ran_its_hook(server, project):
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     assert rep["hook_run"]["receipt"]["served"] == "daemon", rep["hook_run"]
+
+
+@pytest.mark.parametrize("env", [
+    {"RECALLD_HOME": "/srv/recall"}, {"RECALLD_HOME": "/srv/recall/"}, {"RECALLD_HOME": "~"},
+    {"RECALLD_HOME": "~/r", "HOME": "/home/ann/"}, {"RECALLD_HOME": "~/r", "HOME": "/"},
+    {"RECALLD_HOME": "~/r", "HOME": ""}, {"RECALLD_HOME": "relative/dir"},
+    {"XDG_DATA_HOME": "/x/data"}, {"XDG_DATA_HOME": "/x/data/"}, {"XDG_DATA_HOME": "rel"},
+    {"XDG_DATA_HOME": "", "HOME": "/home/ann"}, {"HOME": "/home/ann//"}, {"HOME": "/"}, {"HOME": ""},
+    {"RECALLD_HOME": "", "HOME": "/h"}, {"RECALLD_HOME": "/caf\u00e9/r\u00e9", "HOME": "/h"},
+])
+def test_the_launcher_finds_the_home_as_recalld_does(monkeypatch, env):
+    """The launcher works the home out without `os` (served.py): the same directory, or it does
+    not guess (a ~user home, no HOME) and the process runs the hook."""
+    from recalld.core import paths
+
+    for k in ("RECALLD_HOME", "XDG_DATA_HOME", "HOME"):
+        monkeypatch.delenv(k, raising=False)
+    env = dict({"HOME": "/home/default"}, **env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert served._env() == dict(os.environ)
+    assert served._home(served._env()) == paths.home()
+    assert served.socket_path() == os.path.join(paths.home(), "run", served.SOCKET_NAME)
+
+
+def test_a_home_only_os_can_work_out_is_not_guessed(monkeypatch):
+    monkeypatch.setenv("RECALLD_HOME", "~root/r")
+    with pytest.raises(served.Unsure):
+        served._home(served._env())
+    monkeypatch.delenv("RECALLD_HOME")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("HOME")
+    with pytest.raises(served.Unsure):
+        served._home(served._env())
+    reader = lambda: b"{}"  # noqa: E731
+    assert served.main(["prompt-submit"], reader) == (False, None, reader)  # it runs here, input unread
+
+
+@pytest.mark.parametrize("text", ["plain", 'quo"te \\ back', "tab\tnew\nline\x00\x1f\x7f", "caf\u00e9 \u2603 \U0001f600",
+                                  "lone \udcff surrogate", ""])
+def test_the_request_line_is_what_json_writes(text):
+    from recalld.core import jsonio
+
+    head = {"v": served.PROTOCOL, "version": "0.1.0", "uid": "ab" * 16, "argv": ["prompt-submit", text],
+            "cwd": "/w/" + text, "home": "/h", "env": {"RECALLD_X": text, "RECALLD_" + text: "1"}, "n": 12}
+    assert served._request(head) == jsonio.dumps(head, ensure_ascii=True).encode("ascii")
+    assert json.loads(served._request(head)) == head
+
+
+def test_a_served_run_loads_no_module_beyond_its_client(server, project):
+    """Until the daemon has answered, the launcher imports only its own package's three modules
+    and `_socket` beyond a bare `python -I -S` start (no os, no recalld.core, no JSON module)."""
+    probe = ("import posix, sys\n_exit = posix._exit\n"
+             "def report(code):\n"
+             "    sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+             "    _exit(code)\n"
+             "posix._exit = report\n"
+             "sys.argv = [sys.argv[1], 'hook', *sys.argv[2:]]\n"
+             "exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'),\n"
+             "     {'__name__': '__main__', '__file__': sys.argv[0], '__package__': None})\n")
+    bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(' '.join(sys.modules))"],
+                          capture_output=True, text=True).stdout.split()
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", probe, entries.LAUNCHER, "prompt-submit"],
+                         input=json.dumps(prompt(project, "mods", "anything")).encode(), capture_output=True,
+                         cwd="/", env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    lines = [x for x in res.stderr.decode().splitlines() if x.startswith("MODULES ")]
+    assert res.returncode == 0 and len(lines) == 1, res.stderr.decode()
+    extra = set(lines[0].split()[1:]) - set(bare)
+    assert extra == {"gc", "posix", "_socket", "recalld", "recalld.hook", "recalld.hook.served"} - set(bare), extra
+    assert last("mods")[0]["detail"]["served"] == "daemon"
+
+
+def test_a_prompt_s_hook_process_leaves_before_the_receipt_and_a_tool_s_waits(server, project):
+    assert _raw(data=json.dumps(prompt(project, "lv", "anything")).encode(), stop_after="O").endswith(b" L\n")
+    pre = {"session_id": "lv", "cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+           "tool_input": {"command": "ls"}, "tool_use_id": "t1"}
+    line = _raw({"argv": ["pre-tool", "--agent", "claude"]}, data=json.dumps(pre).encode(), stop_after="O")
+    assert line.startswith(b"O ") and len(line.split()) == 2  # no L: the agent's next act may follow at once
+
+
+def test_a_hook_process_let_go_exits_before_d_and_its_child_waits_for_it(home, project):
+    settings.save({})
+    release = threading.Event()
+    with dying_daemon(write_receipt=True, leave=True, hold_d=release) as seen:
+        # D is withheld until the launcher has exited: a launcher that waited for it would time out
+        out = subprocess.run([*LAUNCHER, "prompt-submit", "--agent", "claude"], capture_output=True, timeout=15,
+                             input=json.dumps(prompt(project, "lost", "anything at all")).encode())
+        release.set()
+    assert out.returncode == 0 and out.stdout.count(b"m1 fact") == 1 and seen["ack"] == b"K\n"
+    time.sleep(0.5)
+    r, n = last("lost")  # the daemon's receipt; the child got its D and wrote nothing
+    assert n == 1 and r["uid"] == seen["uid"] and r["outcome"] == "delivered" and receipts.read_fallback() == []
+
+
+def test_a_hook_process_let_go_whose_daemon_dies_still_leaves_one_receipt(home, project):
+    settings.save({})
+    with dying_daemon(leave=True) as seen:
+        out = hook("prompt-submit", prompt(project, "lost", "anything at all"))
+    assert seen["ack"] == b"K\n" and out.count("m1 fact") == 1
+    r, n = last("lost")  # written by the hook process's child, under the run's uid
+    assert n == 1 and r["uid"] == seen["uid"] and r["error"] == "served: unconfirmed" and r["delivered"] == 0
+    assert r["detail"]["served"] == "unconfirmed: EOFError"
+
+
+def test_an_idle_daemon_freezes_what_it_keeps_at_most_once_a_minute():
+    """(hookserver.settle: full collections then walk only what was made since.)"""
+    import gc
+
+    srv = hookserver.HookServer(1)
+    try:
+        gc.unfreeze()
+        keep = [[i] for i in range(1000)]  # noqa: F841 (kept alive: frozen with the rest)
+        t = time.monotonic()
+        assert not srv.settle(t)  # a run may be on its way: not while hooks keep coming
+        assert srv.settle(t + hookserver.IDLE_S) and gc.get_freeze_count() > 1000
+        assert not srv.settle(t + hookserver.IDLE_S + hookserver.FREEZE_EVERY_S / 2)  # too soon
+        assert srv.settle(time.monotonic() + hookserver.IDLE_S + hookserver.FREEZE_EVERY_S)
+    finally:
+        gc.unfreeze()
+
+
+def test_without_posix_the_hook_runs_itself(monkeypatch):
+    monkeypatch.setattr(served, "posix", None)
+    reader = lambda: b"{}"  # noqa: E731
+    assert served.main(["prompt-submit"], reader) == (False, None, reader)
+    assert served.serve(["prompt-submit"], b"{}", lambda b: None, {}) == "error: not POSIX"

@@ -240,6 +240,28 @@ def _served_durations(venv: Path, home: Path, since: int) -> dict:
                 for how, ds in by.items()} for h, by in got.items()}
 
 
+def _semantic_parts(venv: Path, home: Path, since: int) -> dict:
+    """p50 / p99 of a served prompt's semantic step from its receipts (`detail.semantic_ms`):
+    the query's embedding (`embed`, on the query server's thread from the run's arrival; 0 when
+    cached), the hook thread's wait for it after its own search (`waited`) and the fusion
+    (`fuse`: dense search, cosines, fused order), and how many came from the cache."""
+    code = ("import json, sys; from recalld.core import db; c = db.connect(readonly=True)\n"
+            "q = 'SELECT json_extract(detail, ?) FROM receipts WHERE id > ? AND source = ? AND hook = ?'\n"
+            "rows = [json.loads(r[0]) for r in c.execute(q, ('$.semantic_ms', int(sys.argv[1]), 'hook', "
+            "'prompt-submit')) if r[0]]\nprint(json.dumps(rows))")
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(since)], capture_output=True, text=True,
+                       cwd="/", env=dict(os.environ, RECALLD_HOME=str(home)))
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip()[-600:])
+    rows = [r for r in json.loads(p.stdout) if isinstance(r, dict)]
+    out = {"runs": len(rows), "cached": sum(1 for r in rows if r.get("cached"))}
+    for part in ("embed", "waited", "fuse"):
+        v = [r[part] for r in rows if isinstance(r.get(part), (int, float)) and not (part == "embed" and r.get("cached"))]
+        if v:
+            out[part] = {"p50_ms": round(pct(v, 0.5), 2), "p99_ms": round(pct(v, 0.99), 2)}
+    return out
+
+
 def _last_receipt(venv: Path, home: Path) -> int:
     code = "from recalld.core import db; print(db.connect(readonly=True).execute('SELECT coalesce(max(id), 0) FROM receipts').fetchone()[0])"
     return int(_py(venv, code, dict(os.environ, RECALLD_HOME=str(home))).strip())
@@ -349,6 +371,8 @@ def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = Non
                         m["query_server"] = _query_ready(home, daemon.proc.pid)
                     m["served"] = _measure(cmds, vdir, home, project, n_rounds)
                 m["served"]["in_daemon"] = _served_durations(vdir, home, since)
+                if semantic:
+                    m["served"]["semantic_ms"] = _semantic_parts(vdir, home, since)
             result["sizes"][str(n)] = m
         # Profiles at the largest store: where the time of each event goes.
         home = base / f"home-{ns[-1]}"

@@ -9,7 +9,8 @@ daemon's). What differs is only what is warm: the imports, the connection and it
 the stemmer's temporary table, the crystal index and the word table.
 
 The receipt is written after the hook process says the output reached its stdout (K), in the
-same transaction as the rows the run records (served items, queue deliveries, holds); F (the
+same transaction as the rows the run records (served items, queue deliveries, holds); the hook
+process waits for it (D) except where the output's line lets it go first (LEAVE_ACTS); F (the
 write failed) writes it as an error with nothing delivered; a hook process that goes away
 before either falls back to running the hook itself, so the daemon writes nothing for it and
 the receipt is the one that process writes. The receipt takes the uid the hook process sent: a
@@ -22,6 +23,7 @@ The threads stop with the daemon; the socket file goes with them (only our own: 
 daemon's is left alone).
 """
 
+import gc
 import json
 import os
 import socket
@@ -45,6 +47,21 @@ ACK_S = 2.0  # for the hook process's K or F
 # leave few runs to run themselves (figures: docs/evaluation.md, "Hooks under load").
 THREADS = 8
 MAX_HEADER = 64 * 1024
+# Acts whose hook process may exit before the receipt's commit (served.py, "L"): after a prompt
+# or a session start the agent's next hook of that session follows a model call. After a tool's
+# hook the next (a parallel call's) can start at once, and must find this one's deliveries.
+LEAVE_ACTS = ("prompt", "boot")
+
+
+# A full collection walks every object the daemon keeps (the vector index's rows, the word table,
+# the crystal indexes): 13-82 ms at 100k memories, on whichever thread allocates when the counts
+# say so, often a hook run's. When no hook has come for IDLE_S, the first thread collects and
+# freezes what survives (the first time a pause of that size, which a hook arriving then waits
+# out or, past CONNECT_S, runs itself), so later collections walk only what was made since; now
+# and then it thaws first, so that cycles among frozen objects that became garbage are freed.
+IDLE_S = 5.0
+FREEZE_EVERY_S = 60.0
+THAW_EVERY_S = 1800.0
 
 
 class Refused(Exception):
@@ -108,6 +125,8 @@ class HookServer:
         self._sock = None
         self._inode = None
         self._code = _code_sig()
+        self._frozen_at = self._thawed_at = None
+        self._busy_at = time.monotonic()  # the last run's start
 
     def snapshot(self) -> dict:
         with self._lock:
@@ -140,7 +159,7 @@ class HookServer:
         for t in others:
             t.start()
         try:
-            self._worker(stop, open_store, follow)
+            self._worker(stop, open_store, follow, first=True)
         finally:
             for t in others:
                 t.join(ACCEPT_S * 4)
@@ -151,13 +170,28 @@ class HookServer:
                     crystals.FOLDER_WATCH = None
                 watch.close()
 
-    def _worker(self, stop, open_store, follow) -> None:
+    def settle(self, now: float) -> bool:
+        """Collect and freeze once no run has started for IDLE_S, at most every FREEZE_EVERY_S
+        (thawing first every THAW_EVERY_S); called by one thread between accepts. True: it did."""
+        if now - self._busy_at < IDLE_S or (self._frozen_at is not None and now - self._frozen_at < FREEZE_EVERY_S):
+            return False
+        if self._thawed_at is None or now - self._thawed_at >= THAW_EVERY_S:
+            gc.unfreeze()
+            self._thawed_at = now
+        gc.collect()
+        gc.freeze()
+        self._frozen_at = time.monotonic()
+        return True
+
+    def _worker(self, stop, open_store, follow, first=False) -> None:
         conn, ident = open_store()
         try:
             while not stop.is_set():
                 try:
                     c, _ = self._sock.accept()
                 except socket.timeout:
+                    if first:
+                        self.settle(time.monotonic())
                     continue
                 except OSError:
                     if stop.is_set():
@@ -220,6 +254,7 @@ class HookServer:
 
     def handle(self, c, conn) -> None:
         t0 = time.perf_counter()
+        self._busy_at = time.monotonic()
         try:
             head, data = self._request(c)
         except Refused as e:
@@ -242,7 +277,8 @@ class HookServer:
             c.sendall(b"A %d\n" % this_run.deadline_ms)
             out, after = hook_run.work(this_run, data, alarm=False, cwd=head["cwd"], conn=conn)
             body = out.encode("utf-8", "replace")
-            c.sendall(b"O %d\n" % len(body) + body)
+            leave = this_run.receipt.get("act") in LEAVE_ACTS and "gated" not in this_run.receipt["detail"]
+            c.sendall(b"O %d%s\n" % (len(body), b" L" if leave else b"") + body)
             c.settimeout(ACK_S)
             ack = b""
             while not ack.endswith(b"\n") and len(ack) < 8:

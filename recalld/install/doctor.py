@@ -55,12 +55,19 @@ def time_hook(prefix: list, cwd: str, timeout_s: float = 30) -> dict:
     if res.returncode != 0:
         out["error"] = res.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["exit status"]
         out["error"] = out["error"][0][:300]
-    conn = _ro_conn()
-    try:
-        recs = receipts.read(conn, session=session)
-    finally:
-        if conn is not None:
-            conn.close()
+    # A served prompt's hook process may exit before the daemon has committed its receipt
+    # (recalld/hook/served.py, "L"): give the commit the time the hook's own wait would have.
+    deadline = time.monotonic() + 2.0
+    while True:
+        conn = _ro_conn()
+        try:
+            recs = receipts.read(conn, session=session)
+        finally:
+            if conn is not None:
+                conn.close()
+        if recs or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     if recs:
         r = recs[0]
         out["receipt"] = {k: r.get(k) for k in ("outcome", "duration_ms", "candidates", "above_floor",
