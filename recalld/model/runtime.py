@@ -194,10 +194,11 @@ class Runtime:
     def submit(self, method: str, args: list, kwargs: dict, done) -> None:
         """Start `method` (one of SUBMITTED) and return at once; `done(answer, None)` or
         `done(None, exception)` is called once, on the inference thread, when it ends. The
-        model worker answers its calls this way: a thread that only waits for the inference,
-        started for each call, wakes and is woken at both ends of it, and a thread new to the
-        scheduler counts as fully busy for a while, which on a contended machine took CPU
-        share from the inference itself. Errors in `args` raise here, before anything runs."""
+        model worker answers its calls this way, so no thread is started per call only to wait
+        for the inference: that cost a thread start and two more wake-ups per call, each a wait
+        for a CPU when the machine is busy. A call queued past its deadline never runs and a
+        running one checks it, as with the waiting methods; one stuck in native code is the
+        caller's to give up on (the daemon kills the worker). Errors in `args` raise here."""
         if method not in self.SUBMITTED:
             raise ValueError(f"{method} is not a call that can be submitted")
         fn, timeout_s, urgent, finish = getattr(self, "_plan_" + method)(*args, **kwargs)
