@@ -12,8 +12,8 @@ load time, or the load's error), then answers call frames `{"id", "m", "a", "k"}
 `{"id", "ok", "ms", "calls"}` or `{"id", "err": [class, message]}`. The calls that use the
 model's context are queued to its one inference thread (recalld.model.runtime), which answers
 them, so the judge's urgent calls still go before, and preempt, the proposer's background
-ones; tokenizing is answered at once by the thread that reads the frames. The socket closing (the
-daemon exited or died) ends the worker.
+ones; tokenizing is answered at once by the thread that reads the frames. The socket closing
+(the daemon exited or died) ends the worker.
 
 `--probe MODEL` (recalld doctor, recalld install) loads the model, makes one tiny call and
 prints one JSON line: what a probe needs to say "works".
