@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -279,6 +280,81 @@ def test_a_judge_call_stops_a_running_generation_and_runs_at_once(rt, monkeypatc
     assert isinstance(out.get("error"), errors.LLMPreempted), out
     # and without an urgent call the same generation runs to its end
     assert len(rt.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)["n"]) == 60
+
+
+def _submitted(rt, method, *args, **kwargs):
+    """What Runtime.submit hands its callback: (answer, error), and the thread that called it."""
+    got, done = {}, threading.Event()
+
+    def cb(out, err):
+        got.update(out=out, err=err, thread=threading.current_thread())
+        done.set()
+
+    rt.submit(method, list(args), kwargs, cb)
+    assert done.wait(120), f"{method}: no answer"
+    return got
+
+
+@pytest.mark.model
+def test_a_submitted_call_answers_what_the_call_does_from_the_inference_thread(rt):
+    ctx, cont = "Note: The staging database is Postgres 15 on port 5433.\nQuestion:", " Which port?"
+    got = _submitted(rt, "token_logprobs", ctx, cont, timeout_s=30)
+    assert got["err"] is None and got["out"] == rt.token_logprobs(ctx, cont)
+    assert got["thread"] is rt._worker._thread  # no thread of its own waited for it
+    got = _submitted(rt, "logliks", ctx, [cont, " What is the capital of France?"], timeout_s=30)
+    assert got["out"] == rt.logliks(ctx, [cont, " What is the capital of France?"])
+    schema = {"type": "object", "properties": {"kind": {"type": "string", "enum": ["fact", "decision"]}},
+              "required": ["kind"]}
+    got = _submitted(rt, "generate_json", "Summarize: we chose SQLite.", schema, max_tokens=40, timeout_s=60)
+    assert got["out"] == rt.generate_json("Summarize: we chose SQLite.", schema, max_tokens=40, timeout_s=60)
+    # a call past its limit ends in the callback as the error the call raises; the model goes on
+    long = {"type": "object", "properties": {"story": {"type": "string", "minLength": 4000}}, "required": ["story"]}
+    got = _submitted(rt, "generate_json", "Write a long story.", long, max_tokens=1900, timeout_s=0.5)
+    assert got["out"] is None and isinstance(got["err"], errors.LLMTimeout)
+    assert _submitted(rt, "token_logprobs", ctx, cont, timeout_s=30)["out"] == rt.token_logprobs(ctx, cont)
+    with pytest.raises(ValueError):  # only the calls that need the model's context are submitted
+        rt.submit("tokenize", ["x"], {}, lambda out, err: None)
+
+
+@pytest.mark.model
+def test_the_worker_answers_without_a_thread_per_call_and_the_judge_still_preempts(home):
+    # Calls queue to the inference thread, which answers; a judge call that arrives while a
+    # generation runs still stops it at its next token.
+    from recalld.daemon import models as dm
+    from recalld.model.resolve import embedded_path
+
+    m = dm.Models({"daemon": {}})
+    try:
+        w = m._start(embedded_path())
+        pid = w._proc.pid
+        ctx, cont = "Note: (none)\nQuestion:", " Is the judge first?"
+        first = w.token_logprobs(ctx, cont)
+        n_threads = len(os.listdir(f"/proc/{pid}/task"))
+        for _ in range(5):
+            assert w.token_logprobs(ctx, cont) == first
+            assert w.pieces(cont) and w.tokenize(cont)
+        assert len(os.listdir(f"/proc/{pid}/task")) == n_threads
+        schema = {"type": "object", "properties": {"n": {"type": "array", "items": {"type": "integer"},
+                                                         "minItems": 60, "maxItems": 60}}, "required": ["n"]}
+        out = {}
+
+        def generate():
+            try:
+                out["result"] = w.generate_json("List sixty numbers.", schema, max_tokens=400, timeout_s=120)
+            except errors.LLMError as e:
+                out["error"] = e
+
+        th = threading.Thread(target=generate)
+        th.start()
+        deadline = time.monotonic() + 30
+        while not w._proc._pending and time.monotonic() < deadline:  # the generation was sent
+            time.sleep(0.005)
+        time.sleep(0.3)  # and is running in the worker
+        assert w.token_logprobs(ctx, cont) == first
+        th.join(120)
+        assert isinstance(out.get("error"), errors.LLMPreempted), out
+    finally:
+        m.shutdown()
 
 
 def test_urgent_calls_go_before_queued_background_calls():

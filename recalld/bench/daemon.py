@@ -26,7 +26,11 @@ How each figure is measured:
   minute weighs on both alike. Each round appends the short session's first 12 lines at once
   (the need is the agent's reasoning; the burst ends with two tool results) and times until
   the queue row appears. Per round the receipt gives the pass's own time and its model and
-  embedding time; the rest of append -> queued is the tailer and the need's wait.
+  embedding time; the rest of append -> queued is the tailer and the need's wait. The busiest
+  thread's /proc schedstat across the round splits the model's time into its inference
+  thread's time on a CPU and its wait for one; the paired figure is the median over rounds of
+  (after - before) in the same round, which the machine's minute-to-minute load moves less
+  than the difference of the two medians.
 - memory: VmRSS of that process after start with the model not loaded, and after the passes;
   the model runs in a worker child (recalld/daemon/models.py), whose VmRSS is its own figure.
 - CPU: utime+stime of that process and its model worker (from /proc) while idle and across the
@@ -102,6 +106,35 @@ def _tree_cpu_s(pid: int) -> float:
 def _worker_rss_mb(pid: int) -> "float | None":
     ks = _workers(pid)
     return round(sum(_rss_mb(k) for k in ks), 1) if ks else None
+
+
+def _thread_times(pid: int) -> dict:
+    """{(pid, tid): (ns on a CPU, ns waiting for one)} of the daemon's threads and its model
+    workers', from /proc/.../schedstat (Linux; empty elsewhere)."""
+    out = {}
+    for p in [pid] + _workers(pid):
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    run, wait = f.read().split()[:2]
+            except (OSError, ValueError):
+                continue  # a thread that ended meanwhile
+            out[(p, t)] = (int(run), int(wait))
+    return out
+
+
+def _inference_split(before: dict, after: dict) -> "tuple | None":
+    """(ms on a CPU, ms waiting for one) of the thread that ran most between two snapshots: in
+    a judged pass, the model's inference thread, in the daemon before, in its worker after."""
+    deltas = [(r - before.get(k, (0, 0))[0], w - before.get(k, (0, 0))[1]) for k, (r, w) in after.items()]
+    if not deltas:
+        return None
+    run, wait = max(deltas)
+    return round(run / 1e6, 1), round(wait / 1e6, 1)
 
 
 def _rss_mb(pid: int) -> float:
@@ -332,13 +365,16 @@ def _ab_round(h: dict, lines: list, i: int) -> tuple:
     sid = f"ab{i:04d}{h['name'][:2]}-cf2a-4331-851a-ec234028f8ca"
     body = [ln.replace(SHORT_SESSION.encode(), sid.encode()) for ln in lines]
     p = h["root"] / f"{sid}.jsonl"
+    s0 = _thread_times(h["proc"].pid)
     t0 = time.perf_counter()
     with open(p, "ab") as f:
         f.write(b"".join(body[:12]))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if h["conn"].execute("SELECT 1 FROM queue WHERE session = ? LIMIT 1", (sid,)).fetchone():
-            return time.perf_counter() - t0, sid
+            dt = time.perf_counter() - t0
+            h.setdefault("split", {})[sid] = _inference_split(s0, _thread_times(h["proc"].pid))
+            return dt, sid
         time.sleep(0.01)
     raise RuntimeError(f"{h['name']} round {i}: nothing queued within 120 s; see {h['env']['RECALLD_HOME']}/logs/daemon.log")
 
@@ -352,6 +388,7 @@ def live_ab(rounds: int, before: str) -> dict:
     # Both read judge.threshold as a probability: 0 passes the best candidate. (A tree from
     # before the calibrated judge read it as a query-likelihood gain: run that one with -100.)
     homes = [_ab_home(tmp, "before", before, 0.0), _ab_home(tmp, "after", None, 0.0)]
+    load_start = load_average()
     try:
         time.sleep(5.0)  # both started, models preloaded
         for h in homes:
@@ -361,8 +398,14 @@ def live_ab(rounds: int, before: str) -> dict:
                 h["lat"].append(_ab_round(h, lines, i))
                 time.sleep(0.3)
         time.sleep(2.0)
-        out = {"rounds": rounds, "before_tree": before}
+        out = {"rounds": rounds, "before_tree": before, "load_average_start": load_start,
+               "load_average_end": load_average()}
         med = lambda xs: round(statistics.median(xs), 1) if xs else None  # noqa: E731
+        # Round i of both sides ran within seconds of each other: the median of their
+        # differences cancels most of what the shared machine did that minute.
+        pairs = [(a[0] - b[0]) * 1000 for a, b in zip(homes[1]["lat"], homes[0]["lat"])]
+        out["paired_after_minus_before_ms_p50"] = med(pairs)
+        out["paired_after_slower_rounds"] = f"{sum(x > 0 for x in pairs)} of {len(pairs)}"
         for h in homes:
             by_session = {r["session"]: r for r in receipts.read(h["conn"], source="daemon") if r["outcome"] == "injected"}
             rec = [(dt, by_session.get(sid)) for dt, sid in h["lat"]]
@@ -379,6 +422,10 @@ def live_ab(rounds: int, before: str) -> dict:
                 "signals": sorted({",".join(x.get("signals") or ["search", "lm"]) for x in d}),
                 "each_s": [round(dt, 2) for dt, _ in rec],
                 "each_pass_ms": [r and round(r["duration_ms"]) for _, r in rec],
+                # the inference thread across the round: its time on a CPU and waiting for one
+                # (the model's time is the two together; the wait is the shared machine's part)
+                "inference_cpu_ms_p50": med([x[0] for x in (h.get("split") or {}).values() if x]),
+                "inference_wait_ms_p50": med([x[1] for x in (h.get("split") or {}).values() if x]),
                 # the model loaded: in the daemon's process before, in its worker child after
                 "daemon_rss_mb": round(_rss_mb(h["proc"].pid), 1),
                 "worker_rss_mb": _worker_rss_mb(h["proc"].pid),

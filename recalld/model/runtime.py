@@ -82,13 +82,19 @@ class _Worker:
             except BaseException as e:  # handed to the caller, never kills the worker
                 fut.set_exception(e)
 
-    def call(self, fn, timeout_s: "float | None", urgent: bool = False):
+    def submit(self, fn, timeout_s: "float | None", urgent: bool = False) -> Future:
+        """Queue `fn(deadline)`; its Future is settled on this worker's thread. A call still
+        queued at its deadline never runs (LLMTimeout); a running one checks the deadline."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         fut: Future = Future()
         if urgent:
             with self._lock:
                 self.urgent_waiting += 1
         self._q.put((0 if urgent else 1, next(self._seq), (fn, deadline, fut, urgent)))
+        return fut
+
+    def call(self, fn, timeout_s: "float | None", urgent: bool = False):
+        fut = self.submit(fn, timeout_s, urgent)
         try:
             return fut.result(timeout=timeout_s)
         except FutureTimeout:
@@ -161,7 +167,7 @@ class Runtime:
     def name(self) -> str:
         return Path(self.model_path).name
 
-    def _run(self, fn, timeout_s, urgent: bool = False):
+    def _timed(self, fn):
         def timed(deadline):
             t0 = time.perf_counter()
             try:
@@ -170,7 +176,43 @@ class Runtime:
                 self.model_ms += (time.perf_counter() - t0) * 1000
                 self.calls += 1
 
-        return self._worker.call(timed, timeout_s, urgent)
+        return timed
+
+    def _run(self, fn, timeout_s, urgent: bool = False):
+        return self._worker.call(self._timed(fn), timeout_s, urgent)
+
+    def _sync(self, plan: tuple):
+        fn, timeout_s, urgent, finish = plan
+        out = self._run(fn, timeout_s, urgent)
+        return out if finish is None else finish(out)
+
+    # The calls that use the model's context, as (work on the inference thread, time limit,
+    # urgent, what turns its result into the call's answer); the methods run them and wait,
+    # submit runs them without a waiting thread.
+    SUBMITTED = ("token_logprobs", "logliks", "generate_json")
+
+    def submit(self, method: str, args: list, kwargs: dict, done) -> None:
+        """Start `method` (one of SUBMITTED) and return at once; `done(answer, None)` or
+        `done(None, exception)` is called once, on the inference thread, when it ends. The
+        model worker answers its calls this way, so no thread is started per call only to wait
+        for the inference: that cost a thread start and two more wake-ups per call, each a wait
+        for a CPU when the machine is busy. A call queued past its deadline never runs and a
+        running one checks it, as with the waiting methods; one stuck in native code is the
+        caller's to give up on (the daemon kills the worker). Errors in `args` raise here."""
+        if method not in self.SUBMITTED:
+            raise ValueError(f"{method} is not a call that can be submitted")
+        fn, timeout_s, urgent, finish = getattr(self, "_plan_" + method)(*args, **kwargs)
+
+        def settle(fut):
+            try:
+                out = fut.result()
+                out = out if finish is None else finish(out)
+            except BaseException as e:  # handed to done, like call hands it to its caller
+                done(None, e)
+                return
+            done(out, None)
+
+        self._worker.submit(self._timed(fn), timeout_s, urgent).add_done_callback(settle)
 
     # ------------------------------------------------------------ tokens
 
@@ -191,17 +233,23 @@ class Runtime:
 
     def token_logprobs(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> list:
         """log P of each continuation token given the context and the tokens before it."""
+        return self._sync(self._plan_token_logprobs(context, continuation, timeout_s))
+
+    def _plan_token_logprobs(self, context: str, continuation: str, timeout_s: "float | None" = 30.0) -> tuple:
         ctx = self.tokenize(context, bos=True)
         cont = self.tokenize(continuation)
-        return self._run(lambda d: self._token_logprobs(ctx, cont, d), timeout_s, urgent=True)
+        return (lambda d: self._token_logprobs(ctx, cont, d)), timeout_s, True, None
 
     def logliks(self, context: str, continuations: list, timeout_s: "float | None" = 30.0) -> list:
         """(sum of log P(continuation tokens | context), number of continuation tokens) for
         several continuations of one context (the context is decoded once)."""
+        return self._sync(self._plan_logliks(context, continuations, timeout_s))
+
+    def _plan_logliks(self, context: str, continuations: list, timeout_s: "float | None" = 30.0) -> tuple:
         ctx = self.tokenize(context, bos=True)
         conts = [self.tokenize(c) for c in continuations]
-        out = self._run(lambda d: [self._token_logprobs(ctx, c, d) for c in conts], timeout_s, urgent=True)
-        return [(float(sum(lps)), len(lps)) for lps in out]
+        return ((lambda d: [self._token_logprobs(ctx, c, d) for c in conts]), timeout_s, True,
+                lambda out: [(float(sum(lps)), len(lps)) for lps in out])
 
     def _token_logprobs(self, ctx: list, cont: list, deadline) -> list:
         import numpy as np
@@ -274,6 +322,11 @@ class Runtime:
         """Grammar-constrained JSON matching `schema` (greedy, fixed seed). `prompt` is the
         user message; the model's own chat template wraps it. A background call: it waits
         behind urgent ones and, with yield_to_urgent, stops for them (LLMPreempted)."""
+        return self._sync(self._plan_generate_json(prompt, schema, max_tokens, timeout_s, system, yield_to_urgent))
+
+    def _plan_generate_json(self, prompt: str, schema: dict, max_tokens: int = 256,
+                            timeout_s: "float | None" = 20.0, system: "str | None" = None,
+                            yield_to_urgent: bool = True) -> tuple:
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]
 
@@ -304,12 +357,15 @@ class Runtime:
                 raise LLMPreempted("generation stopped for an urgent call (the judge)")
             return out["choices"][0]["text"], out["choices"][0].get("finish_reason")
 
-        text, finish = self._run(work, timeout_s)
-        try:
-            return json.loads(text)
-        except ValueError:
-            why = "it hit max_tokens" if finish == "length" else "the output does not parse"
-            raise LLMError(f"model output is not complete JSON ({why}): {text[:200]!r}") from None
+        def parse(out):
+            text, finish = out
+            try:
+                return json.loads(text)
+            except ValueError:
+                why = "it hit max_tokens" if finish == "length" else "the output does not parse"
+                raise LLMError(f"model output is not complete JSON ({why}): {text[:200]!r}") from None
+
+        return work, timeout_s, False, parse
 
     def _chat_prompt(self, messages: list) -> tuple:
         """The prompt in the model's own chat template (from the GGUF metadata), with its stop

@@ -9,10 +9,11 @@ never loads a model itself: recalld.daemon.models starts one of these per model 
 and talks to it over a Unix socket pair (fd N), one frame per message: a 4-byte big-endian
 length, then JSON. The worker loads the model once, sends a hello frame (the model's name and
 load time, or the load's error), then answers call frames `{"id", "m", "a", "k"}` with
-`{"id", "ok", "ms", "calls"}` or `{"id", "err": [class, message]}`. Each call runs on its own
-thread into the model's one inference thread (recalld.model.runtime), so the judge's urgent
-calls still go before, and preempt, the proposer's background ones. The socket closing (the
-daemon exited or died) ends the worker.
+`{"id", "ok", "ms", "calls"}` or `{"id", "err": [class, message]}`. The calls that use the
+model's context are queued to its one inference thread (recalld.model.runtime), which answers
+them, so the judge's urgent calls still go before, and preempt, the proposer's background
+ones; tokenizing is answered at once by the thread that reads the frames. The socket closing
+(the daemon exited or died) ends the worker.
 
 `--probe MODEL` (recalld doctor, recalld install) loads the model, makes one tiny call and
 prints one JSON line: what a probe needs to say "works".
@@ -124,6 +125,17 @@ def serve(sock: socket.socket, path: str) -> int:
                                 "n_threads": rt.n_threads,
                                 "load_ms": round((time.perf_counter() - t0) * 1000, 1)}}, lock)
 
+    def answer(rid, out, err):
+        reply = ({"id": rid, "err": _error(err)} if err is not None
+                 else {"id": rid, "ok": out, "ms": rt.model_ms, "calls": rt.calls})
+        try:
+            try:
+                send(sock, reply, lock)
+            except (ProtocolError, TypeError, ValueError) as e:
+                send(sock, {"id": rid, "err": ["ProtocolError", f"the reply cannot be sent: {e}"]}, lock)
+        except OSError:
+            pass  # the daemon is gone; the receive loop sees the same and ends
+
     def handle(msg):
         rid = msg.get("id")
         try:
@@ -131,14 +143,16 @@ def serve(sock: socket.socket, path: str) -> int:
             if m not in METHODS:
                 raise ValueError(f"no such model call: {m!r}")
             out = getattr(rt, m)(*(msg.get("a") or ()), **(msg.get("k") or {}))
-            reply = {"id": rid, "ok": out, "ms": rt.model_ms, "calls": rt.calls}
         except Exception as e:
-            reply = {"id": rid, "err": _error(e)}
-        try:
-            send(sock, reply, lock)
-        except (OSError, ProtocolError, TypeError, ValueError) as e:
-            send(sock, {"id": rid, "err": ["ProtocolError", f"the reply cannot be sent: {e}"]}, lock)
+            answer(rid, None, e)
+            return
+        answer(rid, out, None)
 
+    # The calls that use the model's context are queued to its inference thread, which sends
+    # the answer itself (Runtime.submit): no thread waits for them. Tokenizing needs no
+    # context and is answered here, at once. A runtime without submit (the tests' fake) gets
+    # a thread per call.
+    submitted = set(getattr(rt, "SUBMITTED", ())) if hasattr(rt, "submit") else set()
     while True:
         try:
             msg = recv(sock)
@@ -146,7 +160,21 @@ def serve(sock: socket.socket, path: str) -> int:
             return 1
         if msg is None:
             return 0  # the daemon closed its end: nothing more to do
-        threading.Thread(target=handle, args=(msg,), daemon=True).start()
+        if not isinstance(msg, dict):
+            answer(None, None, ProtocolError(f"a call frame is not an object: {type(msg).__name__}"))
+            continue
+        m = msg.get("m")
+        if m in submitted:
+            rid = msg.get("id")
+            try:
+                rt.submit(m, list(msg.get("a") or ()), dict(msg.get("k") or {}),
+                          lambda out, err, rid=rid: answer(rid, out, err))
+            except Exception as e:
+                answer(rid, None, e)
+        elif submitted and m in METHODS:
+            handle(msg)
+        else:
+            threading.Thread(target=handle, args=(msg,), daemon=True).start()
 
 
 def probe(path: str) -> dict:
