@@ -525,6 +525,8 @@ def test_the_onnxruntime_graph_gives_the_numpy_pass_vectors(enc, monkeypatch):
     texts = PINNED + ["", "   ", "日本語のテキストと絵文字 🎉", "word " * 600, "short"]
     for batch in (1, 4, 32):  # padded batches too
         assert np.abs(enc.embed(texts, batch=batch) - plain.embed(texts, batch=batch)).max() < 1e-5
+    # one copy of the weights, the session's: the numpy pass's arrays are let go
+    assert enc.word is None and enc.layers == [] and plain.word is not None and len(plain.layers) == plain.n_layers
 
 
 @needs_weights

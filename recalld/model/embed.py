@@ -227,6 +227,11 @@ class Encoder:
                 self.runtime_reason = f"{type(e).__name__}: {e}"[:300]
             if self._session is not None:
                 self.runtime = "onnxruntime"
+                # The session holds its own copy of the weights; the numpy pass's would be a
+                # second one that nothing reads (RECALLD_EMBED_RUNTIME=numpy loads them to run).
+                self.word = self.pos = self.type0 = self.ln0 = None
+                self.layers = []
+                onnxbert.trim()
             elif self.runtime_reason is None:
                 self.runtime_reason = "onnxruntime or onnx not installed"
 

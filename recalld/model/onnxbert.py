@@ -86,4 +86,16 @@ def session(enc, threads: int = 1):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    del model, graph, inits, nodes
+    return sess
+
+
+def trim() -> None:
+    """Give the heap that building a session freed back to the system (glibc keeps it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
