@@ -65,6 +65,9 @@ def register(cli):
         while time.monotonic() < end:
             pid = autostart.running_pid()
             if pid is not None:
+                # "started" once its status is written, so a `daemon status` right after has it
+                while time.monotonic() < end and not _status_of(pid if pid > 0 else child):
+                    time.sleep(0.05)
                 click.echo(f"started (pid {pid if pid > 0 else child})")
                 return
             if _exited(child):
@@ -120,6 +123,19 @@ def _exited(pid: int) -> bool:
         return done == pid
     except ChildProcessError:
         return True
+
+
+def _status_of(pid: int) -> bool:
+    """Has the daemon `pid` written its status file yet?"""
+    import json
+    from pathlib import Path
+
+    from recalld.hook import autostart
+
+    try:
+        return json.loads(Path(autostart.status_path()).read_text(encoding="utf-8")).get("pid") == pid
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _log() -> str:

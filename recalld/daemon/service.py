@@ -153,6 +153,8 @@ class Daemon:
             self.hooks = HookServer(serve_hooks)
             workers.append(("recalld-hook-1", lambda: self.hooks.serve(
                 self.stop_event, self._open_store, self._follow, self.log)))
+        # `recalld daemon status` reads this file: there before any thread could write it
+        self._write_status(force=True)
         for name, target in workers:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
