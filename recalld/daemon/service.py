@@ -39,6 +39,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from recalld import __version__
 from recalld.core import db, paths, receipts, scope, settings
 from recalld.daemon import needs, passes, tailer
 from recalld.daemon.lock import InstanceLock
@@ -124,6 +125,8 @@ class Daemon:
     def start(self) -> None:
         self.started_at = _now()
         self._started_mono = time.monotonic()
+        # a daemon that dies while it loads leaves this line for `daemon status` to show
+        self.log.info("daemon_starting", version=__version__)
         from recalld.daemon.models import Models
         from recalld.model import runtime
 
