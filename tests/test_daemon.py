@@ -463,6 +463,34 @@ def test_store_deleted_under_the_daemon_is_reopened_and_counted(home, tmp_path):
     assert sum(e["event"] == "store_reopened" for e in log) == 2
 
 
+def test_store_recreated_by_another_thread_first_still_counts_as_deleted(home, tmp_path):
+    # Any thread of the daemon's process may open the store first after it was deleted (a hook
+    # thread starting, an event written): the one that notices later finds a file there, made
+    # here, which is still a deletion, not a store put in its place.
+    configure()
+    root = tmp_path / "projects"
+    root.mkdir()
+    dbp = home / "recalld.db"
+    with Running(root) as d:
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{dbp}{suffix}")
+            except FileNotFoundError:
+                pass
+        db.connect().close()  # this process's other thread, first
+        assert db.created_here((os.stat(dbp).st_dev, os.stat(dbp).st_ino))
+        assert wait_for(lambda: d.store["reopened"] == 1, timeout=10)
+        assert d.store["last_reopen"]["why"] == "deleted"
+        # a store put in its place by someone else is "replaced"
+        other = tmp_path / "other.db"
+        c = sqlite3.connect(other)  # not db.connect: not a store this process created
+        db.ensure_schema(c)
+        c.close()
+        os.replace(other, dbp)
+        assert wait_for(lambda: d.store["reopened"] == 2, timeout=10)
+        assert d.store["last_reopen"]["why"] == "replaced"
+
+
 def test_store_that_cannot_be_reopened_stops_the_daemon_with_a_clear_status(home, tmp_path):
     configure()
     root = tmp_path / "projects"

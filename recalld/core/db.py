@@ -21,6 +21,16 @@ class StoreError(ValueError):
     """A clear, one-line problem with a write or a lookup (shown to the user as it is)."""
 
 
+# (device, inode) of each store file this process created from nothing: the daemon tells a
+# store deleted under it (recreated here, by whichever of its threads got there first) from one
+# put in its place.
+_CREATED: set = set()
+
+
+def created_here(ident: "tuple | None") -> bool:
+    return ident is not None and ident in _CREATED
+
+
 def connect(path: "str | os.PathLike | None" = None, *, busy_ms: int = 10_000, migrate: bool = True,
             readonly: bool = False) -> sqlite3.Connection:
     path = os.fspath(path) if path else paths.db_path()
@@ -37,8 +47,12 @@ def connect(path: "str | os.PathLike | None" = None, *, busy_ms: int = 10_000, m
         _enter_wal(conn, busy_ms)
         conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA foreign_keys = ON")
-    if migrate and not readonly:
-        ensure_schema(conn)
+    if migrate and not readonly and ensure_schema(conn) == 0:
+        try:
+            st = os.stat(path)
+            _CREATED.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass
     return conn
 
 
@@ -64,13 +78,17 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return conn.execute("PRAGMA user_version").fetchone()[0]
 
 
-def ensure_schema(conn: sqlite3.Connection) -> None:
+def ensure_schema(conn: sqlite3.Connection) -> "int | None":
+    """Migrate to SCHEMA_VERSION; returns the version this call migrated from, None if none."""
     if schema_version(conn) >= SCHEMA_VERSION:
-        return
+        return None
     # BEGIN IMMEDIATE serialises concurrent first-runs; re-check inside the lock.
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = schema_version(conn)
+        if current >= SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            return None
         for number, _name, sql in MIGRATIONS:
             if number <= current:
                 continue
@@ -78,6 +96,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute("COMMIT")
+        return current
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

@@ -183,8 +183,24 @@ class HookServer:
         self._frozen_at = time.monotonic()
         return True
 
+    def _open(self, stop, open_store) -> tuple:
+        """open_store(), tried again until it works or `stop` is set: a store being deleted or
+        created at this moment fails to open for a moment, and a thread that died of it would
+        leave one fewer to answer hooks."""
+        delay = 0.02
+        while not stop.is_set():
+            try:
+                return open_store()
+            except Exception as e:
+                self._count("errors", error=f"opening the store: {type(e).__name__}: {e}"[:300])
+                stop.wait(delay)
+                delay = min(delay * 2, 1.0)
+        return None, None
+
     def _worker(self, stop, open_store, follow, first=False) -> None:
-        conn, ident = open_store()
+        conn, ident = self._open(stop, open_store)
+        if conn is None:
+            return
         try:
             while not stop.is_set():
                 try:

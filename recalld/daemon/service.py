@@ -494,7 +494,10 @@ class Daemon:
             if counted:
                 self._store_ident = new_ident
                 self.store["reopened"] += 1
-                self.store["last_reopen"] = {"time": _now(), "why": "deleted" if now is None else "replaced",
+                # "deleted": the file this thread found (if any) was created anew by one of this
+                # process's threads, which may have got there first (a hook thread opening it)
+                deleted = now is None or db.created_here(new_ident)
+                self.store["last_reopen"] = {"time": _now(), "why": "deleted" if deleted else "replaced",
                                              "noticed_by": who}
         if counted:
             self.log.warning("store_reopened", path=paths.db_path(), why=self.store["last_reopen"]["why"],
