@@ -140,7 +140,9 @@ def test_the_encoder_runs_a_bundle_from_a_directory_or_a_zip(tmp_path):
     a = embed.Encoder(str(tmp_path / "tiny"))
     b = embed.Encoder(str(tmp_path / "tiny.zip"))
     sha = hashlib.sha256(files["model.safetensors"]).hexdigest()
-    assert a.model == f"tiny@{sha[:16]}" and b.model.endswith(f"@{sha[:16]}") and a.dim == 8
+    # the name says the weights, and the pass when it is the int8 one (another vector space)
+    suffix = "+int8" if a.runtime == "onnxruntime-int8" else ""
+    assert a.model == f"tiny@{sha[:16]}{suffix}" and b.model.endswith(f"@{sha[:16]}{suffix}") and a.dim == 8
     texts = ["Which database holds the invoices in ledgerly?", "postgres", "", "the " * 40]
     va, vb = a.embed(texts), b.embed(texts)
     assert va.shape == (4, 8) and np.array_equal(va, vb)
@@ -491,20 +493,31 @@ REF_COS = [[1.0, 0.75352, 0.06151, 0.01314, 0.06136], [0.75352, 1.0, -0.07611, 0
            [0.06136, 0.04779, 0.01262, 0.10331, 1.0]]
 
 
+def _encoder(monkeypatch, runtime):
+    monkeypatch.setenv("RECALLD_EMBED_RUNTIME", runtime)
+    e = embed.Encoder(WEIGHTS.path)
+    if runtime != "numpy" and e.runtime == "numpy":
+        pytest.skip(f"onnxruntime pass not built: {e.runtime_reason}")
+    return e
+
+
 @needs_weights
 @pytest.mark.model
-def test_the_numpy_forward_pass_matches_sentence_transformers(enc):
+def test_the_numpy_forward_pass_matches_sentence_transformers(monkeypatch):
+    enc = _encoder(monkeypatch, "numpy")
     v = enc.embed(PINNED)
     assert v.shape == (5, 384) and v.dtype == np.float32
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert np.allclose(v[0, :8], REF_FIRST8, atol=2e-5)
     assert np.allclose(v @ v.T, REF_COS, atol=2e-5)
-    assert enc.model.startswith("all-minilm-l6-v2@53aa51172d142c89")
+    assert enc.model == "all-minilm-l6-v2@53aa51172d142c89"
 
 
 @needs_weights
 @pytest.mark.model
 def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc):
+    # the default (int8) pass too: each token's row is quantized on its own, so a text's vector
+    # does not depend on the batch it is embedded in
     texts = ["short", "a somewhat longer sentence about sqlite write locks and busy timeouts"] + PINNED
     together = enc.embed(texts, batch=4)
     alone = np.stack([enc.embed_one(t) for t in texts])
@@ -516,17 +529,34 @@ def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc)
 
 @needs_weights
 @pytest.mark.model
-def test_the_onnxruntime_graph_gives_the_numpy_pass_vectors(enc, monkeypatch):
-    if enc.runtime != "onnxruntime":
-        pytest.skip(f"onnxruntime pass not built: {enc.runtime_reason}")
-    monkeypatch.setenv("RECALLD_EMBED_RUNTIME", "numpy")
-    plain = embed.Encoder(WEIGHTS.path)
-    assert plain.runtime == "numpy" and plain.model == enc.model
+def test_the_float32_graph_gives_the_numpy_pass_vectors(monkeypatch):
+    enc = _encoder(monkeypatch, "float32")
+    plain = _encoder(monkeypatch, "numpy")
+    assert enc.runtime == "onnxruntime" and plain.model == enc.model
     texts = PINNED + ["", "   ", "日本語のテキストと絵文字 🎉", "word " * 600, "short"]
     for batch in (1, 4, 32):  # padded batches too
         assert np.abs(enc.embed(texts, batch=batch) - plain.embed(texts, batch=batch)).max() < 1e-5
     # one copy of the weights, the session's: the numpy pass's arrays are let go
     assert enc.word is None and enc.layers == [] and plain.word is not None and len(plain.layers) == plain.n_layers
+
+
+@needs_weights
+@pytest.mark.model
+def test_the_int8_default_stays_near_the_float32_vectors_under_a_name_of_its_own(enc, monkeypatch):
+    if enc.runtime != "onnxruntime-int8":
+        pytest.skip(f"int8 pass not built: {enc.runtime} ({enc.runtime_reason})")
+    ref = _encoder(monkeypatch, "numpy")
+    texts = PINNED + ["", "日本語のテキストと絵文字 🎉", "word " * 600]
+    cos = (enc.embed(texts) * ref.embed(texts)).sum(1)
+    assert cos.min() > 0.97 and cos.mean() > 0.99, cos  # the empty text ([CLS][SEP] only) is the lowest
+    v = enc.embed(PINNED)
+    # the question still finds its answer, and the unrelated text stays far
+    assert np.allclose(v @ v.T, REF_COS, atol=0.03)
+    assert int(np.argmax((v @ v[1])[[0, 2, 3, 4]])) == 0
+    # another vector space: stored vectors of the float32 pass are embedded again, never mixed
+    assert enc.model == ref.model + "+int8"
+    with pytest.raises(embed.LLMError, match="RECALLD_EMBED_RUNTIME"):
+        _encoder(monkeypatch, "fp8")
 
 
 @needs_weights

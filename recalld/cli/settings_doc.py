@@ -12,7 +12,7 @@ ENVIRONMENT: dict = {
     "RECALLD_MODEL": "A GGUF file for the judge and the proposer when models.<role> is not set; \"off\" disables both.",
     "RECALLD_LLM_THREADS": "Threads a language model decodes on (default 1).",
     "RECALLD_EMBED_THREADS": "Threads for the embedder: BLAS threads of the numpy pass, intra-op threads of the onnxruntime one (default 1).",
-    "RECALLD_EMBED_RUNTIME": "`numpy` runs the embedder's numpy pass even when onnxruntime and onnx are installed (otherwise the same pass runs as an onnxruntime graph; docs/embeddings.md).",
+    "RECALLD_EMBED_RUNTIME": "The embedder's forward pass: `int8` (the default: an onnxruntime graph whose dense layers run in 8-bit integers, vectors named `MODEL+int8`), `float32` (the same graph in float32) or `numpy` (float32, without onnxruntime). Vectors of another pass are embedded again, never mixed (docs/embeddings.md).",
     "RECALLD_TEST_FAKE_MODEL": "Tests only: a file whose word (ok, sigill, sigsegv, sigkill, hang, garbage; :load to do it while loading) makes the model worker run a fake model that behaves so (recalld/model/fake.py).",
     "RECALLD_CODEX": "The codex binary `recalld install codex` trusts the hooks with (default: codex on PATH).",
 }

@@ -47,6 +47,9 @@ BATCH = 32
 # A batch also stops at this many padded tokens: attention holds batch x 12 x n x n floats, so
 # 32 texts of 256 pieces would take 100 MB where 16 take 50.
 BATCH_TOKENS = 4096
+# RECALLD_EMBED_RUNTIME: the onnxruntime graph with int8 weights (the default), the same graph
+# in float32, or the numpy pass (float32, no onnxruntime)
+RUNTIMES = ("int8", "float32", "numpy")
 LN_EPS = 1e-12
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
@@ -215,18 +218,24 @@ class Encoder:
         self.tokenizer = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(min(self.max_tokens, self.pos.shape[0]))
-        # the same pass as an onnxruntime graph when it can be built (recalld/model/onnxbert.py);
-        # RECALLD_EMBED_RUNTIME=numpy keeps the numpy pass
+        # the same pass as an onnxruntime graph when it can be built (recalld/model/onnxbert.py),
+        # its weights int8 unless RECALLD_EMBED_RUNTIME says `float32`; `numpy` keeps the numpy pass
         self._session, self.runtime, self.runtime_reason = None, "numpy", None
-        if os.environ.get("RECALLD_EMBED_RUNTIME", "") != "numpy":
+        want = os.environ.get("RECALLD_EMBED_RUNTIME", "") or "int8"
+        if want not in RUNTIMES:
+            raise LLMError(f"RECALLD_EMBED_RUNTIME={want!r}: one of {', '.join(RUNTIMES)}")
+        if want != "numpy":
             try:
                 from recalld.model import onnxbert
 
-                self._session = onnxbert.session(self, int(os.environ.get("RECALLD_EMBED_THREADS") or 1))
+                self._session = onnxbert.session(self, int(os.environ.get("RECALLD_EMBED_THREADS") or 1),
+                                                 int8=want == "int8")
             except Exception as e:  # a broken onnxruntime: the numpy pass is the same arithmetic
                 self.runtime_reason = f"{type(e).__name__}: {e}"[:300]
             if self._session is not None:
-                self.runtime = "onnxruntime"
+                self.runtime = "onnxruntime" if want == "float32" else "onnxruntime-int8"
+                if want == "int8":  # other vectors: never compared with the float32 ones
+                    self.model += "+int8"
                 # The session holds its own copy of the weights; the numpy pass's would be a
                 # second one that nothing reads (RECALLD_EMBED_RUNTIME=numpy loads them to run).
                 self.word = self.pos = self.type0 = self.ln0 = None
