@@ -243,8 +243,9 @@ def _served_durations(venv: Path, home: Path, since: int) -> dict:
 def _semantic_parts(venv: Path, home: Path, since: int) -> dict:
     """p50 / p99 of a served prompt's semantic step from its receipts (`detail.semantic_ms`):
     the query's embedding (`embed`, on the query server's thread from the run's arrival; 0 when
-    cached), the hook thread's wait for it after its own search (`waited`) and the fusion
-    (`fuse`: dense search, cosines, fused order), and how many came from the cache."""
+    cached), the dense search after it on the same thread (`dense`), the hook thread's wait for
+    both after its own search (`waited`) and the fusion (`fuse`: the lexical candidates'
+    cosines, the fused order), and how many came from the cache."""
     code = ("import json, sys; from recalld.core import db; c = db.connect(readonly=True)\n"
             "q = 'SELECT json_extract(detail, ?) FROM receipts WHERE id > ? AND source = ? AND hook = ?'\n"
             "rows = [json.loads(r[0]) for r in c.execute(q, ('$.semantic_ms', int(sys.argv[1]), 'hook', "
@@ -255,7 +256,7 @@ def _semantic_parts(venv: Path, home: Path, since: int) -> dict:
         raise RuntimeError(p.stderr.strip()[-600:])
     rows = [r for r in json.loads(p.stdout) if isinstance(r, dict)]
     out = {"runs": len(rows), "cached": sum(1 for r in rows if r.get("cached"))}
-    for part in ("embed", "waited", "fuse"):
+    for part in ("embed", "dense", "waited", "fuse"):
         v = [r[part] for r in rows if isinstance(r.get(part), (int, float)) and not (part == "embed" and r.get("cached"))]
         if v:
             out[part] = {"p50_ms": round(pct(v, 0.5), 2), "p99_ms": round(pct(v, 0.99), 2)}

@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 
-from recalld.core import receipts
+from recalld.core import db, receipts
 from recalld.core.scope import Scope
 from recalld.core.search import search
 from recalld.daemon import sockets
@@ -134,33 +134,35 @@ class Embedding:
 
 class Job:
     """A served hook's question, asked inside this process (recalld/hook/semantic.py's LOCAL):
-    the query's embedding is made on the server's own thread while the hook thread runs its
-    lexical search; the hook thread then fuses its own hits with the dense ranking (`answer`),
-    so the lexical search is not run twice and no socket or JSON is in between."""
+    the server's own thread makes the query's embedding and then the dense ranking for the
+    job's scope while the hook thread runs its lexical search; the hook thread then fuses its
+    own hits with that ranking (`answer`), so the lexical search is not run twice and no socket
+    or JSON is in between."""
 
-    __slots__ = ("srv", "emb", "sc", "limit", "floor", "waited_ms")
+    __slots__ = ("srv", "emb", "sc", "limit", "floor", "waited_ms", "ready", "dense", "dense_ms", "error")
 
     def __init__(self, srv, emb: Embedding, sc: Scope, limit: int, floor: float):
         self.srv, self.emb, self.sc, self.limit, self.floor = srv, emb, sc, limit, floor
-        self.waited_ms = None
+        self.waited_ms = self.dense = self.dense_ms = self.error = None
+        self.ready = threading.Event()  # set once `dense` (or `error`) is there
 
     def answer(self, conn, hits: "list | None", deadline: float) -> "dict | None":
         """The answer as the socket gives it ({"hits", "order", ...}), or None when the
-        embedding is not ready by `deadline` (perf_counter); raises when it failed. `hits`: the
-        hook's lexical candidates at floor 0 (None: searched here)."""
+        dense ranking is not ready by `deadline` (perf_counter); raises when it failed. `hits`:
+        the hook's lexical candidates at floor 0 (None: searched here)."""
         t0 = time.perf_counter()
-        ready = self.emb.done.wait(max(0.0, deadline - t0))
+        ready = self.ready.wait(max(0.0, deadline - t0))
         t1 = time.perf_counter()
         self.waited_ms = round((t1 - t0) * 1000, 2)
         if not ready:
             return None
-        if self.emb.error is not None:
-            raise RuntimeError(self.emb.error)
+        if self.error is not None:
+            raise RuntimeError(self.error)
         if hits is None:
             hits = search(conn, self.emb.text, self.sc, limit=self.limit, floor=0.0)
-        out = self.srv.fused(conn, self.emb.vec, hits, self.sc, self.limit, self.floor)
+        out = self.srv.fused(conn, self.emb.vec, hits, self.sc, self.limit, self.floor, dense=self.dense)
         out["ms"] = {"waited": self.waited_ms, "embed": self.emb.ms, "cached": self.emb.cached,
-                     "fuse": round((time.perf_counter() - t1) * 1000, 2)}
+                     "dense": self.dense_ms, "fuse": round((time.perf_counter() - t1) * 1000, 2)}
         return out
 
 
@@ -232,8 +234,8 @@ class QueryServer:
             with self.lock:
                 self.index.refresh(conn)
             self.state.update(index_rows=self.index.n, index_fill_ms=round((time.perf_counter() - t0) * 1000, 1))
-            worker = threading.Thread(target=self._embed_jobs, args=(stop,), name="recalld-query-embed",
-                                      daemon=True)
+            worker = threading.Thread(target=self._embed_jobs, args=(stop, open_store, follow),
+                                      name="recalld-query-embed", daemon=True)
             worker.start()
             semantic.LOCAL = self  # served hooks in this process ask here, not through the socket
             s = self.bind()
@@ -306,30 +308,71 @@ class QueryServer:
         self._builder = threading.Thread(target=build, name="recalld-query-graph", daemon=True)
         self._builder.start()
 
-    def _embed_jobs(self, stop) -> None:
-        while not stop.is_set():
-            emb = self._jobs.get()
-            if emb is None:
-                return
+    def _embed_jobs(self, stop, open_store=None, follow=None) -> None:
+        """The embedding thread: query embeddings (Embedding) and, behind them in the same
+        queue, each served prompt's dense ranking (Job), on a store connection of its own."""
+        conn = ident = None
+        try:
+            while not stop.is_set():
+                item = self._jobs.get()
+                if item is None:
+                    return
+                if isinstance(item, Job):
+                    try:
+                        if conn is None:
+                            conn, ident = open_store() if open_store is not None else (db.connect(), None)
+                        elif follow is not None:
+                            conn, ident = follow(conn, ident, "query")
+                        self._dense(conn, item)
+                    except Exception as e:  # StoreLost, a broken index: this prompt answers lexically
+                        item.error = f"{type(e).__name__}: {e}"[:300]
+                        item.ready.set()
+                    continue
+                self._embed(item)
+        finally:
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _embed(self, emb: Embedding) -> None:
+        t0 = time.perf_counter()
+        try:
+            emb.vec = self.enc.embed_one(emb.text)
+            self._keep(emb.text, emb.vec)
+        except Exception as e:
+            emb.error = f"{type(e).__name__}: {e}"[:300]
+        emb.ms = round((time.perf_counter() - t0) * 1000, 2)
+        with self._cache_lock:
+            self._inflight.pop(emb.text, None)
+        emb.done.set()
+
+    def _dense(self, conn, job: Job) -> None:
+        """The job's dense ranking; its embedding was queued before it on this one thread (or
+        came from the cache), so it is made by now."""
+        emb = job.emb
+        emb.done.wait()
+        if emb.error is not None:
+            job.error = emb.error
+        else:
             t0 = time.perf_counter()
-            try:
-                emb.vec = self.enc.embed_one(emb.text)
-                self._keep(emb.text, emb.vec)
-            except Exception as e:
-                emb.error = f"{type(e).__name__}: {e}"[:300]
-            emb.ms = round((time.perf_counter() - t0) * 1000, 2)
-            with self._cache_lock:
-                self._inflight.pop(emb.text, None)
-            emb.done.set()
+            with self.lock:
+                job.dense = vectors.dense_search(conn, emb.vec, job.sc, DENSE_K, model=self.enc.model,
+                                                 index=self.index)
+            job.dense_ms = round((time.perf_counter() - t0) * 1000, 2)
+        job.ready.set()
 
     # --- answering -----------------------------------------------------------------------------
 
     def ask(self, text: str, sc, limit: int, floor: float) -> Job:
-        """semantic.LOCAL.ask: the question's embedding (made, being made or cached); the hook
-        thread fuses (Job.answer)."""
+        """semantic.LOCAL.ask: the question's embedding (made, being made or cached) and then its
+        dense ranking in `sc`, both on the embedding thread; the hook thread fuses (Job.answer)."""
         self.state["served_in_process"] += 1
-        return Job(self, self._embedding(str(text)[:semantic.MAX_SENT_CHARS]), Scope(sc.project, sc.agent),
-                   max(1, min(100, int(limit))), None if floor is None else float(floor))
+        job = Job(self, self._embedding(str(text)[:semantic.MAX_SENT_CHARS]), Scope(sc.project, sc.agent),
+                  max(1, min(100, int(limit))), None if floor is None else float(floor))
+        self._jobs.put(job)
+        return job
 
     def prefetch(self, text: str) -> None:
         """Start a prompt's embedding as soon as its hook run arrives (recalld/daemon/hookserver.py),
@@ -371,10 +414,12 @@ class QueryServer:
         self._keep(text, vec)
         return vec, False
 
-    def fused(self, conn, q, lex: list, sc: Scope, limit: int, floor: "float | None") -> dict:
-        """Dense ranking for `sc`, cosines of the lexical candidates it left out, and the fusion."""
+    def fused(self, conn, q, lex: list, sc: Scope, limit: int, floor: "float | None", dense=None) -> dict:
+        """Dense ranking for `sc` (unless given), cosines of the lexical candidates it left out,
+        and the fusion."""
         with self.lock:
-            dense = vectors.dense_search(conn, q, sc, DENSE_K, model=self.enc.model, index=self.index)
+            if dense is None:
+                dense = vectors.dense_search(conn, q, sc, DENSE_K, model=self.enc.model, index=self.index)
             got = {i for i, _ in dense}
             cos = vectors.cosines(conn, q, [h.id for h in lex if h.id not in got], model=self.enc.model,
                                   index=self.index)

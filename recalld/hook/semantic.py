@@ -229,7 +229,7 @@ def ranked(ctx, asked: Asked, lexical: list, hits: "list | None" = None) -> list
                 ctx.detail["semantic_ms"] = {"waited": getattr(asked.job, "waited_ms", None)}
             else:
                 got = _parsed(asked, raw)
-                ctx.detail["semantic_ms"] = raw.get("ms")  # waited, embed, cached, fuse
+                ctx.detail["semantic_ms"] = raw.get("ms")  # waited, embed, cached, dense, fuse
         except Exception:  # the daemon's side failed: the lexical answer stands
             asked.status = "error"
     elif asked.sock is not None:
