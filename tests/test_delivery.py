@@ -171,6 +171,14 @@ def test_gemini_prompt_with_the_session_start_block_delivers_each_memory_once(ho
     assert RELATED in out
 
 
+def test_a_sessions_start_is_found_through_its_own_index(conn):
+    # receipts are append-only: a lookup that walks every session start gets slower each day
+    from recalld.hook.memory_source import SESSION_START_SQL
+
+    plan = " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + SESSION_START_SQL, ("s",)))
+    assert "receipts_session" in plan, plan
+
+
 def test_only_the_hook_context_is_stripped_from_a_prompt():
     from recalld.agents.base import strip_injected
 

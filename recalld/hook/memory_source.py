@@ -73,6 +73,12 @@ def candidates(ctx, asked, hits: list) -> list:
     return [tiers.Cand(h.id, h.kind, h.text, h.tell, h.score, None, "lexical") for h in hits]
 
 
+# The session's latest start. `+hook` keeps it on the session's index: on the hook's index,
+# which the planner prefers for its order, it walked every session start ever recorded.
+SESSION_START_SQL = ("SELECT time FROM receipts WHERE session = ? AND +hook = 'session-start' "
+                     "AND source = 'hook' ORDER BY id DESC LIMIT 1")
+
+
 def in_context(ctx, keys: list, told: bool = False):
     """The keys delivered (whole or cut) to this agent in this session since the session's
     latest start: they are in its context already. A subagent has a context of its own (its
@@ -81,8 +87,7 @@ def in_context(ctx, keys: list, told: bool = False):
     if not ctx.hi.session or not keys:
         return (set(), set()) if told else set()
     conn, session = ctx.conn, ctx.hi.session
-    boot = conn.execute("SELECT time FROM receipts WHERE session = ? AND hook = 'session-start' "
-                        "AND source = 'hook' ORDER BY id DESC LIMIT 1", (session,)).fetchone()
+    boot = conn.execute(SESSION_START_SQL, (session,)).fetchone()
     since, agent = boot[0] if boot else "", ctx.receipt.get("agent")
     marks = ",".join("?" * len(keys))
     rows = conn.execute(
