@@ -88,7 +88,7 @@ def _signals(rt, enc, need: str, hits: list):
 
 def collect_coding(rt, enc, path=None, k: int = K, verbose: bool = False) -> list:
     """One row per need of the coding set, its store built fresh through the real write path."""
-    from recalld import store
+    from recalld import memories
     from recalld.core import db
     from recalld.core.scope import Scope
     from recalld.core.search import search
@@ -101,7 +101,7 @@ def collect_coding(rt, enc, path=None, k: int = K, verbose: bool = False) -> lis
             sc = Scope(project=p["project"], agent="main")
             names = {}
             for m in p["memories"]:
-                names[store.remember(conn, m["text"], sc, kind=m["kind"], check_similar=False).memory["id"]] = m["key"]
+                names[memories.remember(conn, m["text"], sc, kind=m["kind"], check_similar=False).memory["id"]] = m["key"]
             for i, n in enumerate(p["needs"]):
                 hits = search(conn, n["need"], sc, limit=k, floor=0.0)
                 ranked, cos = _signals(rt, enc, n["need"], hits)

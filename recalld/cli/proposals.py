@@ -8,9 +8,9 @@ import os
 import click
 
 from recalld.capture import decide as lib
-from recalld import store
+from recalld import memories
 
-KINDS = list(store.KINDS)
+KINDS = list(memories.KINDS)
 SCOPES = ["agent", "project", "shared"]
 STATE_CHOICES = ["open", "pending", "edited", "approved", "rejected", "all"]
 
@@ -111,7 +111,7 @@ def register(cli):
         try:
             d = lib.approve(conn, proposal_id, scope=scope_name, kind=kind, supersedes=supersedes,
                             actor="cli", session=session)
-        except (lib.ProposalError, store.StoreError) as e:
+        except (lib.ProposalError, memories.StoreError) as e:
             raise Fail(str(e))
         if as_json:
             echo_json(d.as_dict())
@@ -119,7 +119,7 @@ def register(cli):
         click.echo(f"approved p{d.proposal['id']}")
         click.echo(f"remembered {fmt_memory(d.memory)}")
         if d.redacted:
-            click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
+            click.echo(f"redacted before storing: {memories.describe_secrets(d.redacted)}")
         for m in d.superseded:
             click.echo(f"superseded {fmt_memory(m)}")
         if d.similar:
@@ -149,7 +149,7 @@ def register(cli):
         else:
             click.echo(f"edited {fmt_proposal(d.proposal, full=True)}")
             if d.redacted:
-                click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
+                click.echo(f"redacted before storing: {memories.describe_secrets(d.redacted)}")
             click.echo(f"approve it with: recalld proposals approve {d.proposal['id']}")
 
     @proposals.command("reject")
@@ -234,7 +234,7 @@ def register(cli):
                 else:
                     d = lib.reject(conn, p["id"], reason, actor="cli-bulk")
                 decided.append(d.as_dict())
-            except (lib.ProposalError, store.StoreError) as e:
+            except (lib.ProposalError, memories.StoreError) as e:
                 errors.append(str(e))
         if as_json:
             echo_json({"action": action, "matched": [p["id"] for p in rows], "decided": decided, "errors": errors})
