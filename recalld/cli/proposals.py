@@ -1,5 +1,5 @@
 """`recalld proposals list|show|approve|edit|reject|review|bulk` and `recalld propose
---transcript FILE | --history`, plus the same decisions as MCP tools. Thin: the work is in
+--transcript FILE | --history` (the same decisions as MCP tools: recalld.mcp.tools). Thin: the work is in
 recalld.capture.decide (decisions), recalld.capture.proposer (the pass),
 recalld.capture.history (past sessions) and recalld.cli.review (the walk)."""
 
