@@ -220,7 +220,7 @@ def floor_all(floor: float, k: int = K):
 
 
 def outcomes(rows: list, passes) -> dict:
-    """The figures the issue asks for, with 95% Wilson intervals: expected memory passed
+    """The judge's target figures, with 95% Wilson intervals: expected memory passed
     (answerable), silent (unanswerable), precision over answerable needs, and wrong passes per
     need (anything passed for an unanswerable need, or a memory that is not the answer)."""
     ans = [r for r in rows if r["answerable"]]

@@ -38,7 +38,7 @@ EVENTS = ("session-start", "prompt-submit", "pre-tool", "post-tool", "stop")
 NATIVE = {"session-start": "SessionStart", "prompt-submit": "UserPromptSubmit", "pre-tool": "PreToolUse",
           "post-tool": "PostToolUse", "stop": "Stop"}
 SIZES = (1, 10_000, 100_000)
-# Modules whose cumulative import time the profile always shows (what the issue names).
+# Modules whose cumulative import time the profile always shows: the ones the hook's cost hinges on.
 WATCH = ("json", "re", "enum", "sqlite3", "_sqlite3", "datetime", "math", "copy", "recalld.agents",
          "recalld.crystals", "recalld.core.search", "recalld.core.settings", "recalld.hook.run",
          "recalld.hook.crystal_source", "recalld.hook.proposal_source", "site", "runpy")

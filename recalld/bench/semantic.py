@@ -220,7 +220,7 @@ def ranked(row: dict, how: str, params: dict, floor: "float | None") -> list:
 
 def measure(rows: list, params: dict) -> dict:
     """{style: {figure: value}}. Answerable styles: hit@1 / hit@5 of each ranking's order (no
-    floor: what the issue's table and recalld/bench/locomo.py count) and, for lexical and
+    floor: what the targets and recalld/bench/locomo.py count) and, for lexical and
     fused, `injected hit@1`: the first memory the hook would inject at the shipped floor is
     the answer. Quiet styles (unanswerable, unrelated): the share that injects anything."""
     out = {}
