@@ -7,4 +7,4 @@ import them, never the other way round. tests/test_layers.py checks it.
 
 __version__ = "0.1.0"
 
-HOT_PACKAGES = ("core", "agents", "hook")
+HOT_PACKAGES = ("core", "agents", "crystals", "hook")

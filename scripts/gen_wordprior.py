@@ -92,7 +92,7 @@ def _code_files(root: str):
         for name in sorted(filenames):
             if name.endswith(".py"):
                 with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as f:
-                    # The index holds a memory's tokens and its identifiers' pieces (store.py's aux_text).
+                    # The index holds a memory's tokens and its identifiers' pieces (recalld.core.query_terms.aux_text).
                     text = f.read()
                     yield [t.lower() for t in tokens(text)] + [t.lower() for t in identifier_parts(text)]
 

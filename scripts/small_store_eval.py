@@ -36,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from recalld import store  # noqa: E402
+from recalld import memories  # noqa: E402
 from recalld.bench import locomo  # noqa: E402
 from recalld.core import db, search as search_mod, settings  # noqa: E402
 from recalld.core.scope import Scope  # noqa: E402
@@ -86,7 +86,7 @@ def measure(cases: list, convs: list, weightings: dict, floors=FLOORS, seed: int
     for conv, texts, _, _ in cases:
         conn = db.connect(":memory:")
         sc = Scope(project=f"/small/{conv.sample_id}", agent="main")
-        store.import_jsonl(conn, [json.dumps({"text": t}) for t in texts], sc)
+        memories.import_jsonl(conn, [json.dumps({"text": t}) for t in texts], sc)
         conns.append((conn, sc))
     out = {}
     for name, (strength, prior) in weightings.items():

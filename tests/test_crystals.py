@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from recalld.core import crystals
+from recalld import crystals
 from recalld.hook import run as hook
 from recalld.cli import crystals as crystal_cmds
 from tests.helpers import REPO, TRANSCRIPTS, payload, run_recalld
@@ -376,11 +376,11 @@ def test_present_correctly_selected_and_cut_is_visible(home, project, cdir, conn
 
 def test_crystals_and_the_judge_queue_share_the_budget(home, project, cdir, conn):
     from recalld.core import scope
-    from recalld import store
+    from recalld import memories
 
     for i in range(5):  # context crystals: a gate would hold the call with the crystals alone
         put(cdir, f"c{i}", match="deploy", essence="⛔ crystal " + "x" * 1900, extra="deliver: context\n")
-    m = store.remember(conn, "The staging database is restored nightly at 02:00 UTC.", scope.resolve(str(project)),
+    m = memories.remember(conn, "The staging database is restored nightly at 02:00 UTC.", scope.resolve(str(project)),
                        check_similar=False).memory
     conn.execute("INSERT INTO queue (time, session, memory_id, score) VALUES ('2000-01-01T00:00:00+00:00', ?, ?, 0.9)",
                  ("sess-claude", m["id"]))

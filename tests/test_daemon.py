@@ -16,7 +16,7 @@ from tests.helpers import TRANSCRIPTS, payload, run_recalld, wait_for
 from recalld.hook import autostart
 from recalld.daemon import passes, service as daemon
 from recalld.core import db, receipts, scope, settings
-from recalld import store
+from recalld import memories
 from test_tailer import appender, expected_keys, layout, stored_keys
 
 FAST = {"rescan_s": 0.5, "poll_s": 0.5, "debounce_s": 0.2, "max_wait_s": 1.0, "min_pass_interval_s": 0,
@@ -207,9 +207,9 @@ def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, share
     configure(models={"judge": None}, judge={"threshold": 0.0, "max_candidates": 5, "timeout_s": 30})
     conn = db.connect()
     sc = scope.Scope(project=SPOTTER, agent="main")
-    m1 = store.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first, then mix ecto.migrate",
+    m1 = memories.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first, then mix ecto.migrate",
                         sc, kind="procedure").memory["id"]
-    store.remember(conn, "The Phoenix server listens on port 4000; set PORT to change it", sc, kind="fact")
+    memories.remember(conn, "The Phoenix server listens on port 4000; set PORT to change it", sc, kind="fact")
     root = tmp_path / "projects"
     p = root / "-home-marco-projects-spotter" / f"{SHORT_SESSION}.jsonl"
     p.parent.mkdir(parents=True)
@@ -253,7 +253,7 @@ def test_need_to_judge_to_queue_to_next_hook_delivers_once(home, tmp_path, share
 def test_judge_unavailable_pass_says_why(home, tmp_path):
     configure(models={"judge": str(tmp_path / "missing.gguf")})
     conn = db.connect()
-    store.remember(conn, "mix phx.server needs Postgres running", scope.Scope(SPOTTER, "main"))
+    memories.remember(conn, "mix phx.server needs Postgres running", scope.Scope(SPOTTER, "main"))
     d = daemon.Daemon(cfg=settings.load(), roots=[])
     from recalld.daemon.needs import Need
 
@@ -299,7 +299,7 @@ def test_pass_time_limit(home, tmp_path):
 
 def test_queued_row_is_delivered_once_at_the_next_pre_tool_hook(home, project):
     conn = db.connect()
-    mid = store.remember(conn, "Run the migrations with `make migrate`, never by hand", scope.resolve(str(project))).memory["id"]
+    mid = memories.remember(conn, "Run the migrations with `make migrate`, never by hand", scope.resolve(str(project))).memory["id"]
     conn.execute("INSERT INTO queue (time, session, memory_id, score, receipt_uid, expires_at) VALUES (?,?,?,?,?,?)",
                  (receipts.now_iso(), "sess-1", mid, 0.5, "r1", "2999-01-01T00:00:00+00:00"))
     pre = payload(session_id="sess-1", cwd=str(project), hook_event_name="PreToolUse", tool_name="Read",
@@ -343,7 +343,7 @@ def test_start_status_single_instance_kill_and_hooks_still_answer(home, project)
         if pid and pid > 0:
             os.kill(pid, signal.SIGKILL)
     conn = db.connect()
-    store.remember(conn, "alembic downgrade fails with OperationalError when the sqlite file is read-only",
+    memories.remember(conn, "alembic downgrade fails with OperationalError when the sqlite file is read-only",
                    scope.resolve(str(project)))
     for event, body in (
             ("prompt-submit", payload(session_id="k1", cwd=str(project), hook_event_name="UserPromptSubmit",

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import scope
 from recalld.hook import run as hook
 from tests.test_crystals import put
@@ -85,7 +85,7 @@ def test_a_context_crystal_is_never_held(home, project, conn):
 
 
 def queue(conn, project, session, text="The staging database is restored nightly at 02:00 UTC."):
-    m = store.remember(conn, text, scope.resolve(str(project)), check_similar=False).memory
+    m = memories.remember(conn, text, scope.resolve(str(project)), check_similar=False).memory
     conn.execute("INSERT INTO queue (time, session, memory_id, score) VALUES ('2000-01-01T00:00:00+00:00', ?, ?, 0.9)",
                  (session, m["id"]))
     conn.commit()
@@ -153,8 +153,8 @@ def gemini(project, event, **kw):
 
 def test_gemini_prompt_with_the_session_start_block_delivers_each_memory_once(home, project, conn):
     sc = scope.resolve(str(project))
-    a = store.remember(conn, ALWAYS, sc, kind="preference", always=True, check_similar=False).memory
-    b = store.remember(conn, RELATED, sc, kind="decision", check_similar=False).memory
+    a = memories.remember(conn, ALWAYS, sc, kind="preference", always=True, check_similar=False).memory
+    b = memories.remember(conn, RELATED, sc, kind="decision", check_similar=False).memory
     out, r = run("session-start", gemini(project, "SessionStart", source="startup"))
     assert ALWAYS in out and r["delivered_ids"] == [f"m:{a['id']}"]
     # Even a prompt that names the always-loaded memory's words: it is in context already.
@@ -208,7 +208,7 @@ def test_the_queue_delivers_only_what_the_sessions_own_scope_sees(home, project,
     """The daemon judges from a transcript, which does not say who the agent is; the hook
     delivers a queued memory only if its own scope (core.scope.resolve, as for every read)
     sees it: another agent's private note stays private, even queued for this session."""
-    theirs = store.remember(conn, "Reviewer's private note: the staging database is restored nightly.",
+    theirs = memories.remember(conn, "Reviewer's private note: the staging database is restored nightly.",
                             scope.Scope(str(project.resolve()), "reviewer"), scope="agent", check_similar=False).memory
     mine = queue(conn, project, "s-scope", text="The staging database restores at 02:00 UTC from the nightly dump.")
     conn.execute("INSERT INTO queue (time, session, memory_id, score) VALUES ('2000-01-01T00:00:00+00:00', ?, ?, 0.9)",

@@ -14,11 +14,11 @@ from tests.helpers import REPO, run_recalld
 WRITER = r"""
 import sys, time
 from recalld.core import db, scope
-from recalld import store
+from recalld import memories
 conn = db.connect()
 sc = scope.resolve(sys.argv[1])
 for i in range(int(sys.argv[2])):
-    res = store.remember(conn, f"durable fact number {i} about the kill test", sc, check_similar=False)
+    res = memories.remember(conn, f"durable fact number {i} about the kill test", sc, check_similar=False)
     print(res.memory["id"], flush=True)
 time.sleep(60)
 """

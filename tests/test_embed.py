@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import db, scope, settings
 from recalld.daemon import embedder as daemon_embedder
 from recalld.model import embed, pull, resolve, vectors
@@ -55,7 +55,7 @@ class FakeEncoder:
 
 
 def _remember(conn, text, sc=MAIN, **kw):
-    return store.remember(conn, text, sc, check_similar=False, **kw).memory["id"]
+    return memories.remember(conn, text, sc, check_similar=False, **kw).memory["id"]
 
 
 def _unit(rng, dim):
@@ -264,7 +264,7 @@ def test_write_keeps_a_vector_of_the_same_model_and_replaces_another_models(conn
 
 def test_backfill_embeds_every_current_memory_once_and_skips_invalid_ones(conn):
     ids = [_remember(conn, f"memory number {i} about topic {i % 7}") for i in range(75)]
-    store.retract(conn, ids[3], "wrong", MAIN)
+    memories.retract(conn, ids[3], "wrong", MAIN)
     enc = FakeEncoder()
     seen = []
     written, last = vectors.embed_pending(conn, enc, progress=seen.append, page=32)
@@ -340,8 +340,8 @@ def test_invalidated_memories_are_never_returned_even_by_a_warm_index(conn):
     target = mine[0]
     q = vecs[target]
     assert vectors.dense_search(conn, q, MAIN, 3, model="m", index=index)[0][0] == target
-    store.retract(conn, target, "wrong", MAIN)
-    newer = store.remember(conn, "the corrected note", MAIN, check_similar=False,
+    memories.retract(conn, target, "wrong", MAIN)
+    newer = memories.remember(conn, "the corrected note", MAIN, check_similar=False,
                            supersedes=[mine[1]]).memory["id"]
     for idx in (None, index):
         got = [m for m, _ in vectors.dense_search(conn, q, MAIN, 50, model="m", index=idx)]
@@ -354,7 +354,7 @@ def test_invalidated_memories_are_never_returned_even_by_a_warm_index(conn):
 
 def test_a_warm_index_grows_across_refreshes_and_stays_exact(conn):
     rng = np.random.default_rng(11)
-    store.import_jsonl(conn, [json.dumps({"text": f"bulk memory {i}"}) for i in range(2600)], MAIN)
+    memories.import_jsonl(conn, [json.dumps({"text": f"bulk memory {i}"}) for i in range(2600)], MAIN)
     ids = [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY id")]
     vecs = {}
     index = vectors.VectorIndex("m", 16)
@@ -623,9 +623,9 @@ def test_a_graph_never_returns_what_was_retracted_or_superseded_nor_another_agen
     q = vecs[mine[0]]
     near = sorted(mine, key=lambda m: -float(vecs[m] @ q))[:12]
     for m in near[:6]:
-        store.retract(conn, m, "wrong", MAIN)
+        memories.retract(conn, m, "wrong", MAIN)
     for m in near[6:]:
-        store.remember(conn, f"replaces {m}", MAIN, check_similar=False, supersedes=[m])
+        memories.remember(conn, f"replaces {m}", MAIN, check_similar=False, supersedes=[m])
     got = [m for m, _ in vectors.dense_search(conn, q, MAIN, 5, model="m", index=index)]
     assert len(got) == 5 and not set(got) & set(near) and not set(got) & set(theirs)
     assert got == [m for m in _expected(conn, vecs, q, MAIN, 5)]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.cli import export
 from recalld.core import paths, receipts, scope
 from recalld.hook import run as hook
@@ -25,16 +25,16 @@ def ok(args, **kw):
 @pytest.fixture
 def stocked(conn, project, tmp_path):
     sc = scope.resolve(str(project))
-    old = store.remember(conn, "We pin sqlite-utils to 3.x.", sc, kind="decision", check_similar=False).memory
-    new = store.remember(conn, "We moved to sqlite-utils 4, upsert fixed.", sc, supersedes=[old["id"]],
+    old = memories.remember(conn, "We pin sqlite-utils to 3.x.", sc, kind="decision", check_similar=False).memory
+    new = memories.remember(conn, "We moved to sqlite-utils 4, upsert fixed.", sc, supersedes=[old["id"]],
                          check_similar=False).memory
-    gone = store.remember(conn, "The staging box is staging-3.", sc, check_similar=False).memory
-    store.retract(conn, gone["id"], "staging-3 was shut down", sc)
-    mine = store.remember(conn, "Reviewer note, mine alone.", sc, scope="agent", check_similar=False).memory
+    gone = memories.remember(conn, "The staging box is staging-3.", sc, check_similar=False).memory
+    memories.retract(conn, gone["id"], "staging-3 was shut down", sc)
+    mine = memories.remember(conn, "Reviewer note, mine alone.", sc, scope="agent", check_similar=False).memory
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    other = store.remember(conn, "Another project's fact.", scope.resolve(str(elsewhere)), check_similar=False).memory
-    theirs = store.remember(conn, "Another agent's private note.", scope.Scope(sc.project, "reviewer"),
+    other = memories.remember(conn, "Another project's fact.", scope.resolve(str(elsewhere)), check_similar=False).memory
+    theirs = memories.remember(conn, "Another agent's private note.", scope.Scope(sc.project, "reviewer"),
                             scope="agent", check_similar=False).memory
     return {"old": old["id"], "new": new["id"], "gone": gone["id"], "mine": mine["id"], "other": other["id"],
             "theirs": theirs["id"]}

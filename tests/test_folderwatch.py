@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from recalld.core import crystals
+from recalld import crystals
 from recalld.daemon import folderwatch
 from test_crystals import cdir, crystal_text, put  # noqa: F401 (fixtures)
 

@@ -12,16 +12,16 @@ import pytest
 
 from recalld.core import db, receipts, scope
 from recalld.hook import run as hook
-from recalld import store
+from recalld import memories
 from tests.helpers import REPO, payload, run_recalld
 
 
 @pytest.fixture
 def seeded(conn, project):
     sc = scope.resolve(str(project))
-    m1 = store.remember(conn, "Run `alembic downgrade -1` before editing a migration; OperationalError here "
+    m1 = memories.remember(conn, "Run `alembic downgrade -1` before editing a migration; OperationalError here "
                         "means the dev server holds the SQLite lock.", sc, kind="procedure", check_similar=False).memory
-    m2 = store.remember(conn, "Team prefers small pure functions and no classes for helpers.", sc,
+    m2 = memories.remember(conn, "Team prefers small pure functions and no classes for helpers.", sc,
                         kind="preference", always=True, check_similar=False).memory
     return {"project": project, "scope": sc, "m1": m1, "m2": m2}
 
@@ -84,7 +84,7 @@ def test_session_start_delivers_always_set(seeded):
 
 
 def test_superseded_memory_is_never_injected(seeded, conn):
-    new = store.remember(conn, "alembic downgrade is forbidden; OperationalError means restore from backup.",
+    new = memories.remember(conn, "alembic downgrade is forbidden; OperationalError means restore from backup.",
                          seeded["scope"], supersedes=[seeded["m1"]["id"]], check_similar=False).memory
     out, r = hook.run(["prompt-submit"], json.dumps(claude_prompt(seeded["project"])).encode())
     assert f"[m{seeded['m1']['id']} " not in out and f"[m{new['id']} " in out
@@ -92,7 +92,7 @@ def test_superseded_memory_is_never_injected(seeded, conn):
 
 def test_budget_is_respected_and_cut_is_counted(seeded, conn, home):
     (home / "settings.json").write_text(json.dumps({"budget_chars": 600, "item_cap_chars": 300}))
-    store.remember(conn, "alembic downgrade OperationalError " + "detail " * 200, seeded["scope"], check_similar=False)
+    memories.remember(conn, "alembic downgrade OperationalError " + "detail " * 200, seeded["scope"], check_similar=False)
     out, r = hook.run(["prompt-submit"], json.dumps(claude_prompt(seeded["project"])).encode())
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     body = ctx.split("\n", 2)[2].rsplit("\n", 1)[0]
@@ -237,7 +237,7 @@ def test_hook_imports_standard_library_only(seeded):
 
 def test_subagent_reads_its_own_agent_notes(seeded, conn):
     reviewer = scope.Scope(seeded["scope"].project, "main/reviewer")
-    store.remember(conn, "Reviewer note: flag every alembic downgrade in PRs.", reviewer, scope="agent", check_similar=False)
+    memories.remember(conn, "Reviewer note: flag every alembic downgrade in PRs.", reviewer, scope="agent", check_similar=False)
     p = claude_prompt(seeded["project"], "review this alembic downgrade change")
     out_main, _ = hook.run(["prompt-submit"], json.dumps(p).encode())
     p_sub = dict(p, agent_id="agent-7", agent_type="reviewer")

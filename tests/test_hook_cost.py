@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from recalld import crystal_admin
-from recalld.core import crystals, db, receipts
+from recalld.crystals import admin
+from recalld import crystals
+from recalld.core import db, receipts
 from recalld.install import entries
 
 # Never imported by the launched hook on these events (each cost it milliseconds a run).
@@ -49,7 +50,7 @@ def crystal(essence: str, match: str = "git push --force") -> str:
 
 @pytest.fixture
 def store(home, project):
-    from recalld import store as memories
+    from recalld import memories
     from recalld.core import scope
 
     conn = db.connect()
@@ -59,7 +60,7 @@ def store(home, project):
     d = project / ".recalld" / "crystals"
     d.mkdir(parents=True)
     (d / "push.md").write_text(crystal("⛔ FIRST-ESSENCE"), encoding="utf-8")
-    crystal_admin.trust_project(sc.project)
+    admin.trust_project(sc.project)
     crystals.load_for(sc.project)  # the index cache, as the first act after a change writes it
     return project
 
@@ -101,11 +102,11 @@ def test_an_edited_crystal_is_read_again_and_a_broken_one_is_not_delivered(store
         f.seek(0)
         f.write(crystal("⛔ SECOND-ESSENCE, LONGER"))
         f.truncate()
-    crystal_admin.trust_project(str(store))
+    admin.trust_project(str(store))
     out, _ = launch("pre-tool", dict(data, session_id="s-2"), store)
     assert "SECOND-ESSENCE" in out and "FIRST-ESSENCE" not in out
     path.write_text(crystal("⛔ THIRD").replace("<!-- /crystal:essence -->", ""), encoding="utf-8")
-    crystal_admin.trust_project(str(store))
+    admin.trust_project(str(store))
     out, _ = launch("pre-tool", dict(data, session_id="s-3"), store)
     assert out == ""
     r = receipts.read(db.connect(readonly=True), session="s-3")[0]

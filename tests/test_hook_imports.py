@@ -42,7 +42,7 @@ def test_the_same_run_with_its_sources_intact_answers(home, project):
 
 
 def test_the_acts_that_skip_a_source_import_are_the_acts_it_answers_nothing():
-    from recalld.core import crystals
+    from recalld import crystals
     from recalld.hook import proposal_source
 
     assert set(hook.CRYSTAL_ACTS) == set(crystals.ACTS)

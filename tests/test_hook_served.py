@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import db, receipts, scope, settings
 from recalld.daemon import hookserver
 from recalld.hook import served
@@ -93,7 +93,7 @@ SAME = ("hook", "act", "outcome", "agent", "project", "delivered", "delivered_id
 
 def test_served_and_in_process_runs_read_and_write_the_same(home, project, cdir):  # noqa: F811
     conn = db.connect()
-    store.remember(conn, "Ledgerly invoices live in PostgreSQL 16 through psycopg 3.", scope.resolve(str(project)))
+    memories.remember(conn, "Ledgerly invoices live in PostgreSQL 16 through psycopg 3.", scope.resolve(str(project)))
     put(cdir, "deploy", on="bash", match="deploy.sh", essence="DEPLOY-ESSENCE: staging first",
         extra="deliver: context\n")
     acts = [
@@ -121,7 +121,7 @@ def test_served_and_in_process_runs_read_and_write_the_same(home, project, cdir)
 
 def test_the_scope_is_the_hook_process_s_own(server, project):
     conn = db.connect()
-    store.remember(conn, "bob's private note: the flaky test is test_refunds_retry.",
+    memories.remember(conn, "bob's private note: the flaky test is test_refunds_retry.",
                    scope.resolve(str(project), env={"RECALLD_AGENT": "bob"}), kind="fact", scope="agent")
     ask = "Which test is the flaky one, test_refunds_retry?"
     assert "test_refunds_retry" in hook("prompt-submit", prompt(project, "b1", ask), env={"RECALLD_AGENT": "bob"})
@@ -305,7 +305,7 @@ def test_a_commit_is_never_sent_to_the_daemon(server, project):
 
 
 def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, project, cdir):  # noqa: F811
-    from recalld import crystal_admin
+    from recalld.crystals import admin
 
     p = put(cdir, "deploy", on="bash", match="deploy.sh", essence="FIRST-ESSENCE", extra="deliver: context\n")
     body = {"cwd": str(project), "hook_event_name": "PreToolUse", "tool_name": "Bash",
@@ -315,7 +315,7 @@ def test_the_daemon_sees_a_crystal_edited_or_trusted_between_two_acts(server, pr
     p.write_text(text)  # changed since trusted: withheld until trusted again
     assert hook("pre-tool", dict(body, session_id="e2")) == ""
     assert last("e2")[0]["detail"]["crystals"]["untrusted"] == 1
-    crystal_admin.trust_project(str(project))
+    admin.trust_project(str(project))
     assert "SECOND-ESSENCE" in hook("pre-tool", dict(body, session_id="e3"))
     assert all(last(s)[0]["detail"]["served"] == "daemon" for s in ("e1", "e2", "e3"))
 

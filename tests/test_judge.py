@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.bench import fit_judge as fj
 from recalld.core import settings
 from recalld.core.scope import resolve
@@ -235,7 +235,7 @@ def stocked(conn, project):
     ids = {}
     for _, answer, miss in PAIRS:
         for text in (answer, miss):
-            ids[text] = store.remember(conn, text, sc, check_similar=False).memory["id"]
+            ids[text] = memories.remember(conn, text, sc, check_similar=False).memory["id"]
     return sc, ids
 
 

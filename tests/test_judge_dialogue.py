@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import settings
 from recalld.core.scope import Scope, resolve
 from recalld.judge import calibrated, judge
@@ -71,14 +71,14 @@ def test_a_turn_is_scored_by_the_dialogue_model_and_its_calibration_a_note_by_th
 
 def test_neighbours_come_from_the_store_through_the_callers_scope(conn, project):
     sc = resolve(str(project))
-    ids = [store.remember(conn, t, sc, thread="D15", check_similar=False).memory["id"] for t in (TOPIC, ASK, REPLY)]
-    note = store.remember(conn, "Recipes live in the shared drive.", sc, check_similar=False).memory["id"]
+    ids = [memories.remember(conn, t, sc, thread="D15", check_similar=False).memory["id"] for t in (TOPIC, ASK, REPLY)]
+    note = memories.remember(conn, "Recipes live in the shared drive.", sc, check_similar=False).memory["id"]
     nb = judge.neighbours(conn, ids + [note], sc)
     assert nb[ids[0]] == (None, ASK) and nb[ids[1]] == (TOPIC, REPLY) and nb[ids[2]] == (ASK, None)
     assert note not in nb  # not in a thread
     # another project's caller reads none of them; a superseded turn is no neighbour
     assert judge.neighbours(conn, ids, Scope(project="/elsewhere", agent="main")) == {}
-    store.remember(conn, ASK.replace("Can I", "Could I"), sc, supersedes=[ids[1]], check_similar=False)
+    memories.remember(conn, ASK.replace("Can I", "Could I"), sc, supersedes=[ids[1]], check_similar=False)
     assert judge.neighbours(conn, [ids[0], ids[2]], sc) == {}
 
 
@@ -87,7 +87,7 @@ def test_judge_need_reads_a_threaded_turn_with_its_neighbours(conn, project):
 
     sc = resolve(str(project))
     for t in (TOPIC, ASK, REPLY):
-        store.remember(conn, t, sc, thread="D15", check_similar=False)
+        memories.remember(conn, t, sc, thread="D15", check_similar=False)
     res = judge.judge_need(conn, NEED, sc, settings.load(), runtime=_Runtime(), encoder=_Encoder())
     read = [v for v in res.candidates if v.judge_score is not None]
     assert read and all(v.detail.get("turn") == 1 and set(calibrated.THREAD_FEATURES) <= set(v.detail) for v in read)

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import settings
 from recalld.core.scope import resolve
 from recalld.daemon import passes
@@ -87,7 +87,7 @@ def test_the_receipt_shows_the_text_and_set_features_of_each_judged_candidate(co
     for text in ("The nightly backfill schedule for the readings table is defined in schedules.py.",
                  "[3 May] Ana: I moved the readings backfill to 02:00, the schedule was too early.",
                  "Readings partitions are daily.", "The backfill writes one partition at a time."):
-        store.remember(conn, text, sc, check_similar=False)
+        memories.remember(conn, text, sc, check_similar=False)
     cfg = settings.load()
     res = judge.judge_need(conn, NEED, sc, cfg, runtime=_Runtime(), encoder=_Encoder())
     assert res.available and res.signals == ["search", "embedding", "lm"]

@@ -138,7 +138,7 @@ def test_the_daemons_modules_import_no_native_model_library():
 def test_core_holds_only_what_the_hook_imports():
     """recalld/core is the hook's library: every module in it is reached from recalld/hook's
     imports (lazy ones too). A module only the CLI, doctor or a benchmark needs lives outside
-    (recalld/crystal_admin.py, recalld/cli/settings_doc.py), so core stays small and fast to read."""
+    (recalld/crystals/admin.py, recalld/cli/settings_doc.py), so core stays small and fast to read."""
     graph = _internal_edges()
     seen, todo = set(), [m for m in MODULES if _layer(m) == "hook"]
     while todo:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import TRANSCRIPTS, payload, run_recalld, wait_for
-from recalld import store
+from recalld import memories
 from recalld.core import db, receipts, scope, settings
 from recalld.daemon import models as dm
 from recalld.hook import autostart
@@ -168,9 +168,9 @@ def _daemon_home(model, limit=2):
                    "daemon": dict(FAST, model_crash_limit=limit), "judge": {"threshold": 0.0, "timeout_s": 2}})
     conn = db.connect()
     sc = scope.Scope(SPOTTER, "main")
-    store.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first",
+    memories.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first",
                    sc, kind="procedure")
-    store.remember(conn, "The Phoenix server listens on port 4000; set PORT to change it", sc, kind="fact")
+    memories.remember(conn, "The Phoenix server listens on port 4000; set PORT to change it", sc, kind="fact")
     root = Path(os.environ["HOME"]) / ".claude" / "projects" / "-home-marco-projects-spotter"
     root.mkdir(parents=True)
     return conn, root
@@ -348,7 +348,7 @@ def test_the_real_daemon_maps_no_llama_library_and_its_worker_does(home, shared_
         pytest.skip(f"no judge model: {real.reason}")
     settings.save({"proposals": {"enabled": False}, "daemon": dict(FAST), "judge": {"threshold": 0.0}})
     conn = db.connect()
-    store.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first",
+    memories.remember(conn, "mix phx.server does not start when Postgres is down: run docker compose up -d db first",
                    scope.Scope(SPOTTER, "main"), kind="procedure")
     root = Path(os.environ["HOME"]) / ".claude" / "projects" / "-home-marco-projects-spotter"
     root.mkdir(parents=True)
@@ -372,7 +372,7 @@ def test_recalld_judge_says_the_model_crashed_and_the_fix(fake, project):
     exit 132 (the command itself dying of SIGILL)."""
     model, mode_file = fake
     settings.save({"models": {"judge": str(model)}})
-    store.remember(db.connect(), "mix phx.server needs Postgres running first", scope.resolve(str(project)))
+    memories.remember(db.connect(), "mix phx.server needs Postgres running first", scope.resolve(str(project)))
     mode_file.write_text("sigill")
     r = run_recalld(["judge", "why does mix phx.server not start", "--cwd", str(project)])
     assert r.returncode == 1, (r.returncode, r.stderr)

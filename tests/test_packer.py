@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from recalld.hook import crystal_source, run as hook
-from recalld.core import crystals, packer
+from recalld import crystals
+from recalld.core import packer
 from tests.helpers import run_recalld
 
 SOURCES = ("crystal", "queue", "memory", "proposal")

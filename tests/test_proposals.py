@@ -10,7 +10,7 @@ import pytest
 from recalld.core import proposal_db, receipts, scope
 from recalld.hook import run as hook
 from recalld.capture import policies, decide
-from recalld import store
+from recalld import memories
 from tests.helpers import run_recalld
 
 TEXT = ("The exporter must write cents as integers, because float rounding lost a cent on "
@@ -39,8 +39,8 @@ def test_approve_writes_one_memory_through_the_store(conn, project):
     m = d.memory
     assert m["text"] == TEXT and m["kind"] == "constraint" and m["scope"] == "project"
     assert m["project"] == scope.resolve(str(project)).project and m["source"] == f"proposal:p{pid}"
-    assert store.get(conn, m["id"]) == m
-    assert [c["action"] for c in store.history(conn, m["id"], scope.resolve(str(project)))[0]["changes"]] == ["created"]
+    assert memories.get(conn, m["id"]) == m
+    assert [c["action"] for c in memories.history(conn, m["id"], scope.resolve(str(project)))[0]["changes"]] == ["created"]
     p = decide.get(conn, pid)
     assert p["state"] == "approved" and p["memory_id"] == m["id"]
     assert [(e["from_state"], e["to_state"]) for e in p["events"]] == [("pending", "approved")]
@@ -62,11 +62,11 @@ def test_edit_then_approve_writes_the_edited_memory(conn, project):
 
 def test_approve_supersedes_and_reports_every_change(conn, project):
     sc = scope.resolve(str(project))
-    old = store.remember(conn, "The exporter writes cents as floats.", sc, check_similar=False).memory
+    old = memories.remember(conn, "The exporter writes cents as floats.", sc, check_similar=False).memory
     pid, = make_drafts(conn, project)
     d = decide.approve(conn, pid, supersedes=[old["id"]])
     assert [m["id"] for m in d.superseded] == [old["id"]]
-    assert store.get(conn, old["id"])["superseded_by"] == d.memory["id"]
+    assert memories.get(conn, old["id"])["superseded_by"] == d.memory["id"]
     assert [m["id"] for m in d.as_dict()["changed"]] == [d.memory["id"], old["id"]]
 
 

@@ -15,13 +15,13 @@ from recalld.core import proposal_db, receipts, scope
 from recalld.hook import run as hook
 from recalld.capture import mine, proposer
 from recalld.bench.planted import PLANTED, leaks, plant, secret_text  # one copy, shared with the benchmark
-from recalld import store
+from recalld import memories
 from recalld.daemon import transcripts
 from tests.helpers import REPO, TRANSCRIPTS, run_recalld
 
 PKG = REPO / "recalld"
 # Modules that write memories (or reach code that does); the proposer must reach none of them.
-WRITERS = {"recalld.store", "recalld.capture.decide", "recalld.cli.main", "recalld.mcp.tools"}
+WRITERS = {"recalld.memories", "recalld.capture.decide", "recalld.cli.main", "recalld.mcp.tools"}
 
 
 def _imports(module: str) -> set:
@@ -36,7 +36,7 @@ def _imports(module: str) -> set:
             out.update(a.name for a in node.names if a.name.startswith("recalld"))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("recalld"):
             out.add(node.module)
-            for a in node.names:  # `from recalld import store` imports the module recalld.store
+            for a in node.names:  # `from recalld import memories` imports the module recalld.memories
                 sub = f"{node.module}.{a.name}"
                 if PKG.joinpath(*sub.split(".")[1:]).with_suffix(".py").exists():
                     out.add(sub)
@@ -69,14 +69,14 @@ def test_the_proposer_has_no_import_path_to_memory_writes():
 
 def test_the_walk_would_notice_a_writer():
     # The same walk from the approvals module does reach the store: the check can fail.
-    assert "recalld.store" in import_closure("recalld.capture.decide")
+    assert "recalld.memories" in import_closure("recalld.capture.decide")
 
 
 def test_the_proposer_handle_cannot_write_memories(home, project):
     sc = scope.resolve(str(project))
     c = proposal_db.connect()
     with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
-        store.remember(c, "The proposer tried to write this memory directly.", sc, check_similar=False)
+        memories.remember(c, "The proposer tried to write this memory directly.", sc, check_similar=False)
     for sql in ("INSERT INTO memories (text, kind, scope, project, agent, created_at, valid_from) "
                 "VALUES ('x', 'fact', 'project', 'p', 'a', 't', 't')",
                 "UPDATE memories SET invalid_at = 't'", "DELETE FROM memories",
@@ -323,7 +323,7 @@ def test_no_model_output_can_fail_a_pass(home, project, tmp_path):
 def test_near_duplicates_of_memories_and_pending_drafts_are_dropped(home, project, tmp_path):
     sc = scope.resolve(str(project))
     conn = __import__("recalld.core.db", fromlist=["connect"]).connect()
-    store.remember(conn, "The dev server listens on port 4100 because 3000 is taken by the docs site.", sc,
+    memories.remember(conn, "The dev server listens on port 4100 because 3000 is taken by the docs site.", sc,
                    check_similar=False)
     conn.close()
     t = Session(tmp_path / "s7.jsonl", str(project))

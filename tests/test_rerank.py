@@ -7,7 +7,7 @@ import pytest
 
 from recalld.judge import rerank, scoring
 from recalld.model.resolve import embedded_path
-from recalld import store
+from recalld import memories
 from recalld.core.scope import resolve
 from recalld.core.search import search
 
@@ -27,7 +27,7 @@ MISSES = [
 def stocked(conn, project):
     sc = resolve(str(project))
     for text in MISSES + [ANSWER]:
-        store.remember(conn, text, sc, check_similar=False)
+        memories.remember(conn, text, sc, check_similar=False)
     return sc
 
 

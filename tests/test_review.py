@@ -12,7 +12,7 @@ import time
 import pytest
 
 from recalld.capture import policies
-from recalld.capture import decide as lib
+from recalld.capture import decide
 from recalld.core import db, proposal_db, receipts, scope
 from recalld.cli.review import PROMPT
 from tests.helpers import REPO, run_recalld
@@ -91,7 +91,7 @@ class Terminal:
 def _states(ids) -> dict:
     conn = db.connect()
     try:
-        return {i: lib.get(conn, i)["state"] for i in ids}
+        return {i: decide.get(conn, i)["state"] for i in ids}
     finally:
         conn.close()
 
@@ -125,8 +125,8 @@ def test_review_in_a_terminal_with_single_keys_an_editor_and_a_reason(home, proj
     assert _states(seeded) == {seeded[0]: "approved", seeded[1]: "pending", seeded[2]: "approved",
                                seeded[3]: "rejected", seeded[4]: "pending"}
     conn = db.connect()
-    assert lib.get(conn, seeded[2])["effective"]["text"].endswith("migration 7 is not idempotent.")
-    assert lib.get(conn, seeded[3])["events"][-1]["reason"] == "already in the README"
+    assert decide.get(conn, seeded[2])["effective"]["text"].endswith("migration 7 is not idempotent.")
+    assert decide.get(conn, seeded[3])["events"][-1]["reason"] == "already in the README"
     assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
     conn.close()
     # Resumable: the next review starts where this one stopped (p5), then the skipped p2.

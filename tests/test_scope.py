@@ -5,7 +5,7 @@ import os
 import subprocess
 
 from recalld.core import scope
-from recalld import store
+from recalld import memories
 from recalld.core.search import search
 
 
@@ -68,11 +68,11 @@ def test_reads_see_own_agent_project_and_shared_only(conn, project, tmp_path):
     me = scope.Scope(scope.resolve_project(str(project)), "main")
     reviewer = scope.Scope(me.project, "reviewer")
     stranger = scope.Scope(scope.resolve_project(str(other)), "main")
-    store.remember(conn, "zebra deploys use the blue pipeline", me, scope="project", check_similar=False)
-    store.remember(conn, "zebra private note of main", me, scope="agent", check_similar=False)
-    store.remember(conn, "zebra private note of reviewer", reviewer, scope="agent", check_similar=False)
-    store.remember(conn, "zebra shared convention across repos", stranger, scope="shared", check_similar=False)
-    store.remember(conn, "zebra secret of the other project", stranger, scope="project", check_similar=False)
+    memories.remember(conn, "zebra deploys use the blue pipeline", me, scope="project", check_similar=False)
+    memories.remember(conn, "zebra private note of main", me, scope="agent", check_similar=False)
+    memories.remember(conn, "zebra private note of reviewer", reviewer, scope="agent", check_similar=False)
+    memories.remember(conn, "zebra shared convention across repos", stranger, scope="shared", check_similar=False)
+    memories.remember(conn, "zebra secret of the other project", stranger, scope="project", check_similar=False)
 
     def texts(sc):
         return sorted(h.text for h in search(conn, "zebra", sc, limit=50))
@@ -90,7 +90,7 @@ def test_write_and_read_resolve_the_same_project_from_a_worktree(conn, project, 
     git("commit", "-qm", "init", cwd=project)
     wt = tmp_path / "wt2"
     git("worktree", "add", "-q", str(wt), cwd=project)
-    store.remember(conn, "quokka migrations run in the worktree", scope.resolve(str(wt)), check_similar=False)
+    memories.remember(conn, "quokka migrations run in the worktree", scope.resolve(str(wt)), check_similar=False)
     hits = search(conn, "quokka migrations", scope.resolve(str(project / ".")), limit=5)
     assert [h.text for h in hits] == ["quokka migrations run in the worktree"]
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from recalld.core import scope, search as search_mod, settings
-from recalld import store
+from recalld import memories
 from recalld.core.scope import Scope
 from recalld.core.search import analyse, search
 from recalld.core.query_terms import identifier_parts, within_edits
@@ -48,7 +48,7 @@ def sc(project):
 def ids(conn, sc):
     lines = [json.dumps({"text": t, "kind": k}) for t, k in MEMORIES]
     lines += [json.dumps({"text": t}) for t in _filler(200)]
-    res = store.import_jsonl(conn, lines, sc)
+    res = memories.import_jsonl(conn, lines, sc)
     return {MEMORIES[i][0]: r.memory["id"] for i, r in enumerate(res[: len(MEMORIES)])}
 
 
@@ -101,7 +101,7 @@ def test_irregular_verb_forms_match(conn, sc, ids):
 
 def test_inflected_forms_of_irregular_verbs_match(conn, sc, ids):
     # "drawing" stems to "draw", whose past is "drew": found through the stem, in the MATCH too
-    drew = store.remember(conn, "Caroline drew the zeppelin mural; it stands for freedom.", sc,
+    drew = memories.remember(conn, "Caroline drew the zeppelin mural; it stands for freedom.", sc,
                           check_similar=False).memory["id"]
     terms, _ = analyse(conn, "what does Caroline's drawing symbolize")
     drawing = next(t for t in terms if t.word == "drawing")
@@ -135,11 +135,11 @@ def test_score_is_comparable_coverage(conn, sc, ids):
 
 def test_superseded_and_retracted_are_never_returned(conn, sc, ids):
     old = ids[MEMORIES[3][0]]
-    new = store.remember(conn, "The exporter keeps cents as Decimal now; integers overflowed.", sc,
+    new = memories.remember(conn, "The exporter keeps cents as Decimal now; integers overflowed.", sc,
                          supersedes=[str(old)], check_similar=False).memory["id"]
     got = [h.id for h in search(conn, "exporter cents integers", sc, limit=20)]
     assert new in got and old not in got
-    store.retract(conn, new, "exporter rewritten", sc)
+    memories.retract(conn, new, "exporter rewritten", sc)
     got = [h.id for h in search(conn, "exporter cents integers", sc, limit=20)]
     assert new not in got and old not in got
 
@@ -147,10 +147,10 @@ def test_superseded_and_retracted_are_never_returned(conn, sc, ids):
 def test_scope_filtering(conn, sc, ids, tmp_path):
     other = Scope(project=str(tmp_path / "elsewhere"), agent="main")
     helper = Scope(project=sc.project, agent="reviewer")
-    store.remember(conn, "Other project: the zeppelin deploy uses blue-green.", other, check_similar=False)
-    store.remember(conn, "Reviewer note: zeppelin checklist lives in the wiki.", helper, scope="agent",
+    memories.remember(conn, "Other project: the zeppelin deploy uses blue-green.", other, check_similar=False)
+    memories.remember(conn, "Reviewer note: zeppelin checklist lives in the wiki.", helper, scope="agent",
                    check_similar=False)
-    shared = store.remember(conn, "Shared: zeppelin is the release train name.", other, scope="shared",
+    shared = memories.remember(conn, "Shared: zeppelin is the release train name.", other, scope="shared",
                             check_similar=False).memory["id"]
     got = search(conn, "zeppelin", sc, limit=10)
     assert [h.id for h in got] == [shared]
@@ -158,7 +158,7 @@ def test_scope_filtering(conn, sc, ids, tmp_path):
 
 
 def test_subject_label_ranks_first(conn, sc):
-    store.import_jsonl(conn, [
+    memories.import_jsonl(conn, [
         json.dumps({"text": "Maria: I told Caroline the adoption paperwork is done."}),
         json.dumps({"text": "Caroline: I finished the adoption paperwork last week."}),
     ], sc)
@@ -169,7 +169,7 @@ def test_common_terms_only_still_find_the_memory_holding_them_all(conn, sc, ids,
     # Every query term commoner than the postings budget: the AND path finds the memory that
     # holds them together instead of scanning whole posting lists.
     monkeypatch.setattr(search_mod, "POSTINGS_BUDGET", 3)
-    target = store.remember(conn, "Service worker queue handler: drain before deploy.", sc,
+    target = memories.remember(conn, "Service worker queue handler: drain before deploy.", sc,
                             check_similar=False).memory["id"]
     hits = search(conn, "service worker queue", sc, limit=40)
     assert target in [h.id for h in hits]
@@ -177,7 +177,7 @@ def test_common_terms_only_still_find_the_memory_holding_them_all(conn, sc, ids,
 
 
 def test_term_stats_match_the_fts_vocabulary(conn, sc, ids):
-    store.remember(conn, "One more: the OperationalError is back in ledgerly/legacy/.", sc, check_similar=False)
+    memories.remember(conn, "One more: the OperationalError is back in ledgerly/legacy/.", sc, check_similar=False)
     stats = dict(conn.execute("SELECT term, df FROM term_stats").fetchall())
     vocab = dict(conn.execute("SELECT term, doc FROM memories_vocab").fetchall())
     assert stats == vocab
@@ -233,7 +233,7 @@ def test_long_verbatim_prompt_can_clear_the_floor(conn, sc, ids):
 
 
 def test_one_shared_word_does_not_make_a_short_memory_match_a_long_prompt(conn, sc, ids):
-    store.remember(conn, "Use httpx.", sc, check_similar=False)
+    memories.remember(conn, "Use httpx.", sc, check_similar=False)
     prompt = ("Please go through the whole onboarding flow, rewrite the welcome email template, make "
               "the signup form validate postcodes, move the avatar upload to the new bucket, and switch "
               "the one remaining webhook call to httpx while you are there.")
@@ -252,7 +252,7 @@ BAKE_SALE_Q = "Which pastries did Ingrid sell at the bake sale with her neighbou
 
 def _chat(conn, sc, turns, thread):
     lines = [json.dumps({"text": t, **({"thread": thread} if thread else {})}) for t in turns]
-    return [r.memory["id"] for r in store.import_jsonl(conn, lines, sc)]
+    return [r.memory["id"] for r in memories.import_jsonl(conn, lines, sc)]
 
 
 INGRID = ["Ingrid: I repaint the garden shed on weekends.", "Ingrid: My brother and I cooked dinner together.",
@@ -287,15 +287,15 @@ def test_thread_context_only_from_current_memories_this_scope_may_read(conn, sc,
         return {h.id: h for h in search(conn, BAKE_SALE_Q, sc, limit=20)}[reply].context
 
     assert "bake" in context()
-    store.retract(conn, first, "wrong turn", sc)
+    memories.retract(conn, first, "wrong turn", sc)
     assert "bake" not in context() and "pastri" in context()  # the question's turn still counts
-    store.retract(conn, question, "wrong turn", sc)
+    memories.retract(conn, question, "wrong turn", sc)
     assert context() == []
     # another agent's private note in the same thread is not context for this agent
     helper = Scope(project=sc.project, agent="reviewer")
-    store.remember(conn, "Reviewer: the zeppelin bake sale price list", helper, scope="agent", thread="p2",
+    memories.remember(conn, "Reviewer: the zeppelin bake sale price list", helper, scope="agent", thread="p2",
                    check_similar=False)
-    after = store.remember(conn, "Ingrid: the list is on the fridge", sc, thread="p2", check_similar=False).memory
+    after = memories.remember(conn, "Ingrid: the list is on the fridge", sc, thread="p2", check_similar=False).memory
     hits = {h.id: h for h in search(conn, "zeppelin bake sale price list fridge", sc, limit=20)}
     assert "zeppelin" not in hits[after["id"]].context
     assert "zeppelin" in {h.id: h for h in search(conn, "zeppelin fridge", helper, limit=20)}[after["id"]].context

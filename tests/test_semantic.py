@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import db, scope, settings
 from recalld.core.search import search
 from recalld.daemon import query
@@ -54,7 +54,7 @@ class FakePass:
 
 
 def _remember(conn, text, project=P1):
-    return store.remember(conn, text, scope.Scope(project, "main"), check_similar=False).memory["id"]
+    return memories.remember(conn, text, scope.Scope(project, "main"), check_similar=False).memory["id"]
 
 
 @pytest.fixture
@@ -373,7 +373,7 @@ def test_the_benchmarks_embedding_cache_returns_what_the_encoder_gave(tmp_path):
 
 def test_the_warm_index_keeps_projects_apart_and_multiplies_only_the_scopes_rows(stored, conn, monkeypatch):
     enc = ConceptEncoder()
-    shared = store.remember(conn, "Prices everywhere are shown in euros.", scope.Scope(P2, "main"), scope="shared",
+    shared = memories.remember(conn, "Prices everywhere are shown in euros.", scope.Scope(P2, "main"), scope="shared",
                             check_similar=False).memory["id"]
     vectors.embed_pending(conn, enc)
     index = vectors.VectorIndex(enc.model, enc.dim)

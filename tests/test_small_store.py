@@ -15,7 +15,7 @@ import sqlite3
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import scope, search as search_mod, settings, tiers
 from recalld.core.scope import Scope
 from recalld.core.search import analyse, search
@@ -165,8 +165,8 @@ def whole_of(conn, prompt: str, sc) -> list:
     return delivered(conn, prompt, sc)[0]
 
 
-def _store(conn, sc, memories: list) -> list:
-    res = store.import_jsonl(conn, [json.dumps({"text": t}) for t in memories], sc)
+def _store(conn, sc, texts: list) -> list:
+    res = memories.import_jsonl(conn, [json.dumps({"text": t}) for t in texts], sc)
     return [r.memory["id"] for r in res]
 
 

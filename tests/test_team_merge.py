@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.bench.planted import PLANTED
 from recalld.core import db, scope
 from recalld.team import config, inbox, outbox, remote
@@ -101,7 +101,7 @@ def test_a_conflict_keeps_both_successors_and_history_says_so(tmp_path):
     conn, m = _store(tmp_path, "h")
     inbox.apply(conn, m, evs, upto=len(evs))
     ids = {u: conn.execute("SELECT memory_id FROM team_uids WHERE uid = ?", (u,)).fetchone()[0] for u in uids[:3]}
-    chain = store.history(conn, ids[uids[0]], scope.Scope("/elsewhere", "main"))
+    chain = memories.history(conn, ids[uids[0]], scope.Scope("/elsewhere", "main"))
     assert {c["id"] for c in chain} == set(ids.values())
     reasons = " ".join(c["reason"] or "" for c in chain[0]["changes"])
     assert "conflict: also superseded by" in reasons and "both are kept" in reasons
@@ -117,11 +117,11 @@ def test_only_shared_scopes_leave_and_every_text_is_redacted(tmp_path):
     conn, m = _store(tmp_path, "o", project="/src/app")
     here = scope.Scope("/src/app", "main")
     other = scope.Scope("/src/private", "main")
-    store.remember(conn, "a shared decision about franz-go", here, scope="shared", check_similar=False)
-    store.remember(conn, "a project fact of the shared project", here, scope="project", check_similar=False)
-    store.remember(conn, "an agent note never leaves zebra", here, scope="agent", check_similar=False)
-    store.remember(conn, "a fact of a project not shared", other, scope="project", check_similar=False)
-    store.remember(conn, f"the key is {PLANTED['aws']} for the bucket", here, scope="shared", check_similar=False,
+    memories.remember(conn, "a shared decision about franz-go", here, scope="shared", check_similar=False)
+    memories.remember(conn, "a project fact of the shared project", here, scope="project", check_similar=False)
+    memories.remember(conn, "an agent note never leaves zebra", here, scope="agent", check_similar=False)
+    memories.remember(conn, "a fact of a project not shared", other, scope="project", check_similar=False)
+    memories.remember(conn, f"the key is {PLANTED['aws']} for the bucket", here, scope="shared", check_similar=False,
                    allow_secrets=True)
     queued, more = outbox.scan(conn, m)
     assert (queued, more) == (3, False)
@@ -142,13 +142,13 @@ def test_only_shared_scopes_leave_and_every_text_is_redacted(tmp_path):
 def test_supersede_and_retract_of_team_memories_become_edges(tmp_path):
     conn, m = _store(tmp_path, "e")
     here = scope.Scope("/src/app", "main")
-    old = store.remember(conn, "deploys go out on friday", here, scope="shared", check_similar=False).memory
-    store.remember(conn, "deploys never go out on friday", here, scope="shared", supersedes=[old["id"]],
+    old = memories.remember(conn, "deploys go out on friday", here, scope="shared", check_similar=False).memory
+    memories.remember(conn, "deploys never go out on friday", here, scope="shared", supersedes=[old["id"]],
                    check_similar=False)
-    gone = store.remember(conn, "the staging host is stg1", here, scope="shared", check_similar=False).memory
-    store.retract(conn, gone["id"], "stg1 was retired", here)
-    private = store.remember(conn, "a private note", here, scope="agent", check_similar=False).memory
-    store.retract(conn, private["id"], "not needed", here)
+    gone = memories.remember(conn, "the staging host is stg1", here, scope="shared", check_similar=False).memory
+    memories.retract(conn, gone["id"], "stg1 was retired", here)
+    private = memories.remember(conn, "a private note", here, scope="agent", check_similar=False).memory
+    memories.retract(conn, private["id"], "not needed", here)
     outbox.scan(conn, m)
     kinds = [(r["kind"], r["other_uid"] is not None) for r in conn.execute("SELECT * FROM team_outbox ORDER BY id")]
     assert kinds == [("remember", False), ("remember", False), ("supersede", True), ("remember", False),

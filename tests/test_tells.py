@@ -4,7 +4,7 @@ few candidates, opened through `recalld show` / the MCP tool `show`, and receipt
 import json
 import types
 
-from recalld import store
+from recalld import memories
 from recalld.cli.main import cli
 from recalld.core import packer, receipts, scope, settings, tiers
 from recalld.daemon import passes
@@ -77,7 +77,7 @@ def test_the_packer_places_a_tell_whole_or_not_at_all_and_counts_it_apart():
 
 def test_a_weak_match_is_told_once_per_session_opened_with_show_and_receipted(home, project, conn):
     sc = scope.resolve(str(project))
-    mid = store.remember(conn, CENTS, sc, kind="decision", check_similar=False).memory["id"]
+    mid = memories.remember(conn, CENTS, sc, kind="decision", check_similar=False).memory["id"]
     settings.save({"floor": 0.95, "tells": {"floor": 0.1}})  # what clears 0.1 but not 0.95 is told
     out, r = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How do I store a currency amount in cents?"))
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
@@ -112,7 +112,7 @@ def test_a_block_of_tells_says_how_to_open_one_once_each_line_within_tells_chars
     texts = ["Currency amounts are integer cents in every table and every API payload we ship.",
              "Invoices print currency amounts with the tenant's locale; never hard-code a symbol.",
              "Refunds carry the currency of the original charge, checked before the call goes out."]
-    ids = [store.remember(conn, t, sc, kind="fact", check_similar=False).memory["id"] for t in texts]
+    ids = [memories.remember(conn, t, sc, kind="fact", check_similar=False).memory["id"] for t in texts]
     settings.save({"floor": 0.95, "tells": {"floor": 0.05, "max": 4, "chars": 44}})
     out, r = hook.run(["prompt-submit", "--agent", "claude"], _prompt(project, "How are currency amounts handled?"))
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
@@ -127,7 +127,7 @@ def test_a_block_of_tells_says_how_to_open_one_once_each_line_within_tells_chars
 def test_show_answers_does_not_exist_for_another_projects_memory_and_says_so_in_a_receipt(home, project, conn, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
-    mid = store.remember(conn, CENTS, scope.resolve(str(other)), check_similar=False).memory["id"]
+    mid = memories.remember(conn, CENTS, scope.resolve(str(other)), check_similar=False).memory["id"]
     res = run_recalld(["show", str(mid), "--cwd", str(project)], env={"RECALLD_HOME": str(home)})
     assert res.returncode != 0 and f"m{mid} does not exist" in res.stderr.decode()
     [r] = [x for x in receipts.read(conn) if x["hook"] == "show"]
@@ -137,8 +137,8 @@ def test_show_answers_does_not_exist_for_another_projects_memory_and_says_so_in_
 
 def test_the_judges_middle_band_is_queued_as_tells_and_shown_as_one_line(home, project, conn):
     sc = scope.resolve(str(project))
-    a = store.remember(conn, PORT, sc, kind="procedure", check_similar=False).memory["id"]
-    b = store.remember(conn, CENTS, sc, kind="decision", check_similar=False).memory["id"]
+    a = memories.remember(conn, PORT, sc, kind="procedure", check_similar=False).memory["id"]
+    b = memories.remember(conn, CENTS, sc, kind="decision", check_similar=False).memory["id"]
     v = lambda mid, p, ok: types.SimpleNamespace(memory_id=mid, judge_score=p, passed=ok)  # noqa: E731
     res = types.SimpleNamespace(threshold=0.6, candidates=[v(a, 0.7, True), v(b, 0.45, False), v(99, 0.1, False)],
                                 passed=[v(a, 0.7, True)])
@@ -177,8 +177,8 @@ def test_mcp_show_opens_a_memory_of_its_project_only(home, project, conn, tmp_pa
 
     other = tmp_path / "other"
     other.mkdir()
-    mine = store.remember(conn, CENTS, scope.resolve(str(project)), check_similar=False).memory["id"]
-    theirs = store.remember(conn, PORT, scope.resolve(str(other)), check_similar=False).memory["id"]
+    mine = memories.remember(conn, CENTS, scope.resolve(str(project)), check_similar=False).memory["id"]
+    theirs = memories.remember(conn, PORT, scope.resolve(str(other)), check_similar=False).memory["id"]
     tools, (ok, refused) = _call(home, project, [("show", {"memory_id": mine, "session": "s9"}),
                                                  ("show", {"memory_id": theirs})])
     assert "show" in tools

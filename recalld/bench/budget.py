@@ -7,7 +7,7 @@ For character budgets from 500 to 8,000: the share of answerable LoCoMo question
 and recalld.core.packer.pack: delivered whole, or cut/told with the answer inside what was delivered),
 at the default floor and max_results, and with max_results raised to 20 (what budget alone
 buys). The unlimited-budget ceiling is search's own recall above the floor. With crystals
-(recalld/core/crystals.py): the share of marked claims that do not reach the model per budget,
+(recalld/crystals/__init__.py): the share of marked claims that do not reach the model per budget,
 for the shipped crystals (contrib/crystals/ of a source checkout) all matching one act, and for
 the crystals benchmark's generated corpus over a session of acts (recalld.bench.crystal_budget,
 fair rotation included).
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from recalld.bench import crystal_budget, locomo
 from recalld.bench.common import source_root
-from recalld.core import crystals, packer, settings
+from recalld import crystals
+from recalld.core import packer, settings
 from recalld.hook import crystal_source
 
 BUDGETS = (500, 1000, 2000, 3000, 4000, 6000, 8000)

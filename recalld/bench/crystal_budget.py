@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from recalld.bench import crystals as generated
-from recalld.core import crystals, packer
+from recalld import crystals
+from recalld.core import packer
 from recalld.hook import crystal_source
 
 BUDGETS = (1000, 2000, 4000, 8000, 16000)

@@ -106,10 +106,10 @@ def _run(quick: bool, tmp: Path) -> dict:
     env = child_env(RECALLD_HOME=str(home), HOME=str(tmp))
     env.pop("RECALLD_AGENT", None)
     os.environ["RECALLD_HOME"] = str(home)  # for the in-process part below
-    from recalld import crystal_admin as _crystal_admin
+    from recalld.crystals import admin as _admin
     from recalld.core import scope as _scope
 
-    _crystal_admin.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
+    _admin.trust_project(_scope.resolve_project(str(project)))  # delivered once trusted
     texts = acts(n_runs + 5)
     hook_cmd = [sys.executable, "-m", "recalld", "hook", "pre-tool"]
     bare_cmd = [sys.executable, "-c", "pass"]
@@ -129,8 +129,9 @@ def _run(quick: bool, tmp: Path) -> dict:
     assert not failed, f"the hook exited with {failed}"
     hook_ms, bare_ms = t["hook"], t["bare"]
 
-    from recalld import crystal_admin
-    from recalld.core import crystals, db, packer, receipts
+    from recalld.crystals import admin
+    from recalld import crystals
+    from recalld.core import db, packer, receipts
     from recalld.hook import crystal_source, payloads
 
     conn = db.connect()
@@ -140,7 +141,7 @@ def _run(quick: bool, tmp: Path) -> dict:
     for r in recs:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     index = crystals.load_for(str(project))
-    s = crystal_admin.stats(index, recs)
+    s = admin.stats(index, recs)
 
     # In process: the crystal source and the packer alone, on the same acts.
     source_ms, pack_ms = [], []

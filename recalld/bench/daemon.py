@@ -237,7 +237,7 @@ def throughput_runs(copies: int, runs: int) -> dict:
 def live(rounds: int, idle_s: float) -> dict:
     from recalld.hook import autostart
     from recalld.core import db, receipts, scope, settings
-    from recalld import store
+    from recalld import memories
 
     tmp = tempfile.mkdtemp(prefix="recalld-bench-daemon-")
     env = child_env(RECALLD_HOME=str(Path(tmp) / "home"), HOME=str(Path(tmp) / "user"))
@@ -255,7 +255,7 @@ def live(rounds: int, idle_s: float) -> dict:
     conn = db.connect()
     sc = scope.Scope(SPOTTER, "main")
     for text, kind in MEMORIES:
-        store.remember(conn, text, sc, kind=kind, check_similar=False)
+        memories.remember(conn, text, sc, kind=kind, check_similar=False)
     lines = (transcripts_dir() / "spotter-short.jsonl").read_bytes().splitlines(keepends=True)[:12]
     proc = subprocess.Popen([sys.executable, "-m", "recalld", "daemon", "run"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -334,7 +334,7 @@ def live(rounds: int, idle_s: float) -> dict:
 def _ab_home(tmp: Path, name: str, code_root: "str | None", threshold: float) -> dict:
     """A home with the benchmark's memories and a daemon running `code_root`'s recalld (this
     package when None)."""
-    from recalld import store
+    from recalld import memories
     from recalld.core import db, scope
 
     home = tmp / name
@@ -352,7 +352,7 @@ def _ab_home(tmp: Path, name: str, code_root: "str | None", threshold: float) ->
     conn = db.connect(Path(env["RECALLD_HOME"]) / "recalld.db")
     sc = scope.Scope(SPOTTER, "main")
     for text, kind in MEMORIES:
-        store.remember(conn, text, sc, kind=kind, check_similar=False)
+        memories.remember(conn, text, sc, kind=kind, check_similar=False)
     proc = subprocess.Popen([sys.executable, "-m", "recalld", "daemon", "run"], env=env, cwd=str(home),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return {"name": name, "env": env, "root": root, "conn": conn, "proc": proc, "lat": [], "passes": []}

@@ -88,7 +88,7 @@ def _signals(rt, enc, need: str, hits: list):
 
 def collect_coding(rt, enc, path=None, k: int = K, verbose: bool = False) -> list:
     """One row per need of the coding set, its store built fresh through the real write path."""
-    from recalld import store
+    from recalld import memories
     from recalld.core import db
     from recalld.core.scope import Scope
     from recalld.core.search import search
@@ -101,7 +101,7 @@ def collect_coding(rt, enc, path=None, k: int = K, verbose: bool = False) -> lis
             sc = Scope(project=p["project"], agent="main")
             names = {}
             for m in p["memories"]:
-                names[store.remember(conn, m["text"], sc, kind=m["kind"], check_similar=False).memory["id"]] = m["key"]
+                names[memories.remember(conn, m["text"], sc, kind=m["kind"], check_similar=False).memory["id"]] = m["key"]
             for i, n in enumerate(p["needs"]):
                 hits = search(conn, n["need"], sc, limit=k, floor=0.0)
                 ranked, cos = _signals(rt, enc, n["need"], hits)
@@ -220,7 +220,7 @@ def floor_all(floor: float, k: int = K):
 
 
 def outcomes(rows: list, passes) -> dict:
-    """The figures the issue asks for, with 95% Wilson intervals: expected memory passed
+    """The judge's target figures, with 95% Wilson intervals: expected memory passed
     (answerable), silent (unanswerable), precision over answerable needs, and wrong passes per
     need (anything passed for an unanswerable need, or a memory that is not the answer)."""
     ans = [r for r in rows if r["answerable"]]

@@ -25,7 +25,7 @@ On the same candidates of the same run, each rule decides what passes:
   project's or conversation's needs judged by a model fitted without them: the held-out figure).
 
 Per rule and set: the expected memory passed (answerable needs), silent (unanswerable),
-precision, wrong passes per need, each share with its 95% Wilson interval. The issue's
+precision, wrong passes per need, each share with its 95% Wilson interval. The judge's
 targets (coding: silent >= 0.8, expected >= 0.75, wrong passes <= 0.1 per need; LoCoMo: silent
 >= 0.6 on adversarial questions, precision >= 0.6) are checked on the held-out figures.
 

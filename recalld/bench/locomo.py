@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recalld import store
+from recalld import memories
 from recalld.bench.common import Unavailable, locomo_path, pct
 from recalld.core import db, packer, receipts, settings
 from recalld.core.scope import Scope
@@ -152,7 +152,7 @@ def index(conn: sqlite3.Connection, conv: Conversation, style: str = DEFAULT_STY
     lines = [json.dumps({"text": memory_text(t, style), "kind": "fact", "source": f"locomo:{t.dia_id}",
                          **({"thread": t.dia_id.split(":")[0]} if threads else {})})
              for t in conv.turns]
-    results = store.import_jsonl(conn, lines, sc, source="locomo")
+    results = memories.import_jsonl(conn, lines, sc, source="locomo")
     return {r.memory["id"]: t.dia_id for r, t in zip(results, conv.turns)}
 
 

@@ -35,7 +35,7 @@ def hook_command() -> list:
 
 def build_store(home: Path, n: int, project: str) -> float:
     os.environ["RECALLD_HOME"] = str(home)
-    from recalld import store
+    from recalld import memories
     from recalld.core import db, scope
 
     conn = db.connect()
@@ -43,7 +43,7 @@ def build_store(home: Path, n: int, project: str) -> float:
     lines = [json.dumps(m) for m in synth.memories(n)]
     t = time.perf_counter()
     for i in range(0, len(lines), 5000):
-        store.import_jsonl(conn, lines[i:i + 5000], sc)
+        memories.import_jsonl(conn, lines[i:i + 5000], sc)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     return time.perf_counter() - t
@@ -58,7 +58,7 @@ def run(quick: bool = False) -> dict:
 
 
 def _run(quick: bool) -> dict:
-    from recalld import store
+    from recalld import memories
     from recalld.core import db, scope, search
     from recalld.install.plan import ensure_bytecode
 
@@ -87,10 +87,10 @@ def _run(quick: bool) -> dict:
             lat = interleaved({"search": lambda i: search.search(conn, prompts[i % len(prompts)], sc, limit=5,
                                                                  stemmer=stemmer)}, rounds)["search"]
             injected = sum(bool(search.search(conn, p, sc, limit=5, floor=0.3, stemmer=stemmer)) for p in prompts)
-            wr = interleaved({"w": lambda i: store.remember(
+            wr = interleaved({"w": lambda i: memories.remember(
                 conn, f"bench write {i}: the exporter keeps cents as integers", sc, check_similar=False)},
                 10 if quick else 30)["w"]
-            wr_sim = interleaved({"w": lambda i: store.remember(
+            wr_sim = interleaved({"w": lambda i: memories.remember(
                 conn, f"bench write with similarity check {i}: billing retries Stripe calls", sc)},
                 5 if quick else 10)["w"]
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

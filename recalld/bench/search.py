@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from recalld import store
+from recalld import memories
 from recalld.bench import synth
 from recalld.bench.common import interleaved, load_average, pct
 from recalld.core import db, settings
@@ -51,7 +51,7 @@ def rare_memory(r: random.Random) -> dict:
         f"We chose {r.choice(WORDS)} {r.choice(WORDS)} over {r.choice(WORDS)} for {ident} (see {sha}).",
         f"The env var {r.choice(WORDS).upper()}_{r.choice(WORDS).upper()} must be set for {path} to load.",
     ])
-    return {"text": text, "kind": r.choice(store.KINDS)}
+    return {"text": text, "kind": r.choice(memories.KINDS)}
 
 
 THREAD_LEN = 20
@@ -69,7 +69,7 @@ def build(conn, n: int, seed: int = 5, threaded: bool = False) -> float:
              for i, (m, o) in enumerate(zip(mems, owner))]  # a cwd outside git is its own project
     t = time.perf_counter()
     for i in range(0, len(lines), 5000):
-        store.import_jsonl(conn, lines[i:i + 5000], Scope(PROJECTS[0], "main"))
+        memories.import_jsonl(conn, lines[i:i + 5000], Scope(PROJECTS[0], "main"))
     return time.perf_counter() - t
 
 

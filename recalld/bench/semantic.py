@@ -139,7 +139,7 @@ def coding_sets() -> list:
 
 
 def collect_coding(enc, tmp: Path) -> list:
-    from recalld import store
+    from recalld import memories
     from recalld.core import db
     from recalld.core.scope import Scope
     from recalld.model import vectors
@@ -150,7 +150,7 @@ def collect_coding(enc, tmp: Path) -> list:
     for p, pneeds in coding_sets():
         sc = Scope(p["project"], "main")
         lines = [json.dumps({"text": m["text"], "kind": m["kind"]}) for m in p["memories"]]
-        res = store.import_jsonl(conn, lines, sc, source="bench")
+        res = memories.import_jsonl(conn, lines, sc, source="bench")
         projs[p["name"]] = (p, sc, {m["key"]: r.memory["id"] for m, r in zip(p["memories"], res)})
         needs += [(p["name"], style, text, exp) for style, text, exp in pneeds]
     vectors.embed_pending(conn, enc)
@@ -220,7 +220,7 @@ def ranked(row: dict, how: str, params: dict, floor: "float | None") -> list:
 
 def measure(rows: list, params: dict) -> dict:
     """{style: {figure: value}}. Answerable styles: hit@1 / hit@5 of each ranking's order (no
-    floor: what the issue's table and recalld/bench/locomo.py count) and, for lexical and
+    floor: what the targets and recalld/bench/locomo.py count) and, for lexical and
     fused, `injected hit@1`: the first memory the hook would inject at the shipped floor is
     the answer. Quiet styles (unanswerable, unrelated): the share that injects anything."""
     out = {}
@@ -426,14 +426,14 @@ def _answer_cpu(conn, enc, sc, prompts, rounds: int) -> dict:
 def _other_project(conn, enc, tmp: Path, prompts, n: int, rounds: int) -> dict:
     """The warm dense search for a project of `n` memories added to the store: the index
     scans that project's rows (and the shared ones), not the whole store."""
-    from recalld import store
+    from recalld import memories
     from recalld.bench import synth
     from recalld.core.scope import Scope
 
     sc = Scope(str(tmp / "another-project"), "main")
     lines = [json.dumps(m) for m in synth.memories(n)]
     for i in range(0, len(lines), 5000):
-        store.import_jsonl(conn, lines[i:i + 5000], sc)
+        memories.import_jsonl(conn, lines[i:i + 5000], sc)
     total = _random_vectors(conn, enc, seed=5)
     return {"store": total, "project": n, **_scan(conn, enc, sc, prompts, rounds)}
 

@@ -199,7 +199,7 @@ def _epoch(iso: str) -> float:
 
 
 class Writers:
-    """`n` threads writing shared memories into one store through recalld.store (a write returns
+    """`n` threads writing shared memories into one store through recalld.memories (a write returns
     once it is durable), each remembering the wall time its write returned; about one write in
     eight supersedes and one in sixteen retracts an earlier memory of the same writer."""
 
@@ -213,7 +213,7 @@ class Writers:
         self._lock = threading.Lock()
 
     def _run(self, k: int) -> None:
-        from recalld import store
+        from recalld import memories
         from recalld.core import db, scope
 
         conn = db.connect(self.home.db)
@@ -227,10 +227,10 @@ class Writers:
                 roll = self.rng.random()
                 try:
                     if mine and roll < 1 / 16:
-                        store.retract(conn, mine.pop(0), "no longer true", sc)
+                        memories.retract(conn, mine.pop(0), "no longer true", sc)
                         continue
                     sup = [mine.pop(0)] if mine and roll < 3 / 16 else []
-                    res = store.remember(conn, text, sc, scope="shared", supersedes=sup, check_similar=False)
+                    res = memories.remember(conn, text, sc, scope="shared", supersedes=sup, check_similar=False)
                     with self._lock:
                         self.written[res.memory["id"]] = time.time()
                     mine.append(res.memory["id"])

@@ -97,7 +97,7 @@ class Row:
 def collect(enc, tmp: Path) -> tuple:
     """(rows, the store, the projects): every need of every project, asked in its own scope
     and, when answerable, in the next project's (`unrelated`)."""
-    from recalld import store
+    from recalld import memories
     from recalld.bench.semantic import Lex, coding_sets
     from recalld.core import db, packer
     from recalld.core.scope import Scope
@@ -113,7 +113,7 @@ def collect(enc, tmp: Path) -> tuple:
         sc = Scope(p["project"], "main")
         lines = [json.dumps({"text": m["text"], "kind": m["kind"], **({"tell": m["tell"]} if m.get("tell") else {})})
                  for m in p["memories"]]
-        res = store.import_jsonl(conn, lines, sc, source="bench")
+        res = memories.import_jsonl(conn, lines, sc, source="bench")
         projs[p["name"]] = (sc, {m["key"]: r.memory["id"] for m, r in zip(p["memories"], res)}, needs)
     vectors.embed_pending(conn, enc)
     mems = {r[0]: (r[1], r[2], r[3], r[4]) for r in conn.execute("SELECT id, kind, text, tell, project FROM memories")}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from recalld.core import proposal_db, receipts
 from recalld.capture import policies
-from recalld import store
+from recalld import memories as store
 from recalld.core.scope import SCOPES, Scope
 
 STATES = ("pending", "edited", "approved", "rejected")

@@ -11,7 +11,7 @@ survivors are stored as pending proposals, each with the transcript line (and uu
 said on, for the agent to approve, edit or reject. One receipt per pass, whatever happens:
 what it read, drafted, rejected and why.
 
-This module cannot write a memory: it imports nothing that does (no recalld.store, no
+This module cannot write a memory: it imports nothing that does (no recalld.memories, no
 recalld.capture.decide), and its database handle (proposal_db.connect) has an authorizer that
 refuses writes to the memory tables. tests/test_proposer.py walks the import graph to keep it so.
 

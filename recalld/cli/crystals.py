@@ -1,8 +1,8 @@
 """`recalld crystals list|show|test|lint|stats|trust|untrust`: inspect, dry-run, admit,
 measure and trust crystals.
 
-The library work lives in recalld.core.crystals, recalld.core.trust, recalld.hook.crystal_source
-and recalld.core.packer; this module only reads (the store read-only, receipts, crystal files),
+The library work lives in recalld.crystals (parsing, trust, administration),
+recalld.hook.crystal_source and recalld.core.packer; this module only reads (the store read-only, receipts, crystal files),
 except `trust`/`untrust`, which append to the trust log. Essences are printed through
 untrusted.as_data, as the hook delivers them: an agent may be the one reading this output.
 """
@@ -13,10 +13,11 @@ from datetime import datetime, timezone
 
 import click
 
+from recalld import crystals
+from recalld.core import untrusted, packer, paths, receipts, scope, settings
+from recalld.crystals import admin, trust
+from recalld.crystals.admin import stats  # the `stats` command's figures (also the benchmark's)
 from recalld.hook import crystal_source, payloads
-from recalld import crystal_admin
-from recalld.core import crystals, untrusted, packer, paths, receipts, scope, settings, trust
-from recalld.crystal_admin import stats  # the `stats` command's figures (also the benchmark's)
 
 SHORT_KEY = 3
 
@@ -207,7 +208,7 @@ def trust_folder(cwd: "str | None") -> dict:
 
     project = _project(cwd)
     try:
-        rec, entries, failures = crystal_admin.trust_project(project)
+        rec, entries, failures = admin.trust_project(project)
     except ValueError as e:
         raise Fail(str(e)) from None
     return {"dir": rec["dir"], "project": project, "time": rec["time"], "files": rec["files"],
@@ -235,7 +236,7 @@ def register(cli):
         """Every crystal this project sees, and files that do not parse."""
         project = _project(cwd)
         index = crystals.load_for(project)
-        summary = crystal_admin.trust_summary(project)
+        summary = admin.trust_summary(project)
         today = datetime.now().date()
         rows = [{"id": c.id, "origin": c.origin, "on": list(c.on), "match": list(c.match), "tell": c.tell,
                  "stale_after": c.stale_after, "stale": c.is_stale(today), "essence_chars": c.essence_chars,

@@ -237,15 +237,15 @@ def register(cli):
     def install_git_hook(cwd, command, dry_run, as_json):
         """Add a pre-commit hook that offers `commit` notes; it stops a commit only to hold it once for a gate crystal.
         An existing pre-commit hook keeps running first, with its own exit status."""
-        from recalld.install import githook, plan as lib
+        from recalld.install import githook, plan as install_plan
         from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
             plan = githook.plan_git_hook_install(cwd, command)
-            records = [] if dry_run else lib.apply(plan)
+            records = [] if dry_run else install_plan.apply(plan)
             if not dry_run:
-                lib.ensure_bytecode()
+                install_plan.ensure_bytecode()
         except (InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
@@ -259,13 +259,13 @@ def register(cli):
     @click.option("--json", "as_json", is_flag=True)
     def uninstall_git_hook(cwd, dry_run, as_json):
         """Remove recalld's pre-commit hook (and put back the one it chained, if any)."""
-        from recalld.install import githook, plan as lib
+        from recalld.install import githook, plan as install_plan
         from recalld.install.entries import InstallError
         from recalld.cli.common import echo_json
 
         try:
             plan = githook.plan_git_hook_uninstall(cwd)
-            records = [] if dry_run else lib.apply(plan)
+            records = [] if dry_run else install_plan.apply(plan)
         except (InstallError, OSError) as e:
             raise _fail(str(e))
         if as_json:
@@ -284,10 +284,10 @@ def register(cli):
     def doctor(cwd, command, no_hook_run, no_model_probe, as_json):
         """What is installed where, where state lives, each model probed in a child process, and
         one timed `prompt-submit` hook run."""
-        from recalld.install import doctor as lib
+        from recalld.install.doctor import report
         from recalld.cli.common import echo_json
 
-        rep = lib.report(cwd, command, run_hook=not no_hook_run, probe_models=not no_model_probe)
+        rep = report(cwd, command, run_hook=not no_hook_run, probe_models=not no_model_probe)
         if as_json:
             echo_json(rep)
             return

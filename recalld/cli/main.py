@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from recalld import __version__, store
+from recalld import __version__, memories
 from recalld.cli.common import Fail, echo_json, explain, fmt_memory, open_db, resolve_scope
 from recalld.core import db, paths, receipts, scope
 
@@ -46,7 +46,7 @@ def cli():
 @cli.command()
 @click.argument("text")
 @click.option("--scope", "scope_name", type=click.Choice(["agent", "project", "shared"]), default="project", show_default=True)
-@click.option("--kind", type=click.Choice(list(store.KINDS)), default="fact", show_default=True)
+@click.option("--kind", type=click.Choice(list(memories.KINDS)), default="fact", show_default=True)
 @click.option("--tell", help="One line that carries the claim when the text cannot fit.")
 @click.option("--always", is_flag=True, help="Inject at every session start (house style, preferences).")
 @click.option("--supersedes", multiple=True, help="Memory id this replaces (repeatable).")
@@ -62,10 +62,10 @@ def remember(text, scope_name, kind, tell, always, supersedes, cwd, session, thr
     in it are redacted unless --allow-secrets."""
     conn = open_db()
     try:
-        res = store.remember(conn, text, resolve_scope(cwd), scope=scope_name, kind=kind, tell=tell,
+        res = memories.remember(conn, text, resolve_scope(cwd), scope=scope_name, kind=kind, tell=tell,
                              always=always, supersedes=supersedes, session=session, thread=thread,
                              allow_secrets=allow_secrets)
-    except store.StoreError as e:
+    except memories.StoreError as e:
         raise Fail(str(e))
     if as_json:
         echo_json(res.as_dict())
@@ -112,8 +112,8 @@ def show(memory_id, cwd, session, as_json):
     The open is receipted, so `recalld receipts` shows which tells were opened."""
     conn = open_db()
     try:
-        m = store.show(conn, memory_id, resolve_scope(cwd), via="cli", session=session)
-    except store.StoreError as e:
+        m = memories.show(conn, memory_id, resolve_scope(cwd), via="cli", session=session)
+    except memories.StoreError as e:
         raise Fail(str(e))
     if as_json:
         echo_json(m)
@@ -130,8 +130,8 @@ def history(memory_id, cwd, as_json):
     and agent may read)."""
     conn = open_db(reading=True)
     try:
-        chain = store.history(conn, memory_id, resolve_scope(cwd))
-    except store.StoreError as e:
+        chain = memories.history(conn, memory_id, resolve_scope(cwd))
+    except memories.StoreError as e:
         raise Fail(str(e))
     if as_json:
         echo_json(chain)
@@ -153,8 +153,8 @@ def retract(memory_id, why, cwd, as_json):
     """Invalidate a memory without a successor (it is kept, marked, never injected)."""
     conn = open_db()
     try:
-        m = store.retract(conn, memory_id, why, resolve_scope(cwd))
-    except store.StoreError as e:
+        m = memories.retract(conn, memory_id, why, resolve_scope(cwd))
+    except memories.StoreError as e:
         raise Fail(str(e))
     if as_json:
         echo_json({"changed": [m]})
@@ -173,10 +173,10 @@ def _sum_counts(dicts) -> dict:
 def _echo_secrets(redacted: dict, kept: dict) -> None:
     """Say what was redacted or kept: kinds and counts, never the values."""
     if redacted:
-        click.echo(f"redacted before storing: {store.describe_secrets(redacted)} "
+        click.echo(f"redacted before storing: {memories.describe_secrets(redacted)} "
                    "(stored as [REDACTED:kind]; --allow-secrets keeps them)")
     if kept:
-        click.echo(f"secrets stored as written (--allow-secrets, in the change log): {store.describe_secrets(kept)}")
+        click.echo(f"secrets stored as written (--allow-secrets, in the change log): {memories.describe_secrets(kept)}")
 
 
 @cli.command(name="import")
@@ -190,8 +190,8 @@ def import_(file, cwd, allow_secrets, as_json):
     redacted unless --allow-secrets."""
     conn = open_db()
     try:
-        results = store.import_jsonl(conn, file, resolve_scope(cwd), allow_secrets=allow_secrets)
-    except store.StoreError as e:
+        results = memories.import_jsonl(conn, file, resolve_scope(cwd), allow_secrets=allow_secrets)
+    except memories.StoreError as e:
         raise Fail(f"nothing imported: {e}")
     if as_json:
         echo_json([{"id": r.memory["id"], "superseded": [m["id"] for m in r.superseded], "redacted": r.redacted,

@@ -1,5 +1,5 @@
 """`recalld proposals list|show|approve|edit|reject|review|bulk` and `recalld propose
---transcript FILE | --history`, plus the same decisions as MCP tools. Thin: the work is in
+--transcript FILE | --history` (the same decisions as MCP tools: recalld.mcp.tools). Thin: the work is in
 recalld.capture.decide (decisions), recalld.capture.proposer (the pass),
 recalld.capture.history (past sessions) and recalld.cli.review (the walk)."""
 
@@ -7,16 +7,16 @@ import os
 
 import click
 
-from recalld.capture import decide as lib
-from recalld import store
+from recalld.capture import decide
+from recalld import memories
 
-KINDS = list(store.KINDS)
+KINDS = list(memories.KINDS)
 SCOPES = ["agent", "project", "shared"]
 STATE_CHOICES = ["open", "pending", "edited", "approved", "rejected", "all"]
 
 
 def _states(state: str):
-    return {"open": lib.OPEN, "all": None}.get(state, (state,))
+    return {"open": decide.OPEN, "all": None}.get(state, (state,))
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -71,7 +71,7 @@ def register(cli):
         """List proposals (by default: undecided ones of this project)."""
         conn = open_db()
         project = None if all_projects else resolve_scope(cwd).project
-        rows = lib.list_(conn, project=project, session=session, states=_states(state), limit=limit)
+        rows = decide.list_(conn, project=project, session=session, states=_states(state), limit=limit)
         if as_json:
             echo_json(rows)
             return
@@ -88,11 +88,11 @@ def register(cli):
         """One proposal with its draft, why, provenance and every transition."""
         conn = open_db()
         try:
-            p = lib.get(conn, proposal_id)
-        except lib.ProposalError as e:
+            p = decide.get(conn, proposal_id)
+        except decide.ProposalError as e:
             raise Fail(str(e))
         if p is None:
-            raise Fail(f"p{lib.parse_id(proposal_id)} does not exist")
+            raise Fail(f"p{decide.parse_id(proposal_id)} does not exist")
         if as_json:
             echo_json(p)
         else:
@@ -109,9 +109,9 @@ def register(cli):
         """Commit the draft as a memory (durable before this returns) and print what changed."""
         conn = open_db()
         try:
-            d = lib.approve(conn, proposal_id, scope=scope_name, kind=kind, supersedes=supersedes,
+            d = decide.approve(conn, proposal_id, scope=scope_name, kind=kind, supersedes=supersedes,
                             actor="cli", session=session)
-        except (lib.ProposalError, store.StoreError) as e:
+        except (decide.ProposalError, memories.StoreError) as e:
             raise Fail(str(e))
         if as_json:
             echo_json(d.as_dict())
@@ -119,7 +119,7 @@ def register(cli):
         click.echo(f"approved p{d.proposal['id']}")
         click.echo(f"remembered {fmt_memory(d.memory)}")
         if d.redacted:
-            click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
+            click.echo(f"redacted before storing: {memories.describe_secrets(d.redacted)}")
         for m in d.superseded:
             click.echo(f"superseded {fmt_memory(m)}")
         if d.similar:
@@ -140,16 +140,16 @@ def register(cli):
         """Change what approval will write (the draft stays pending until approved or rejected)."""
         conn = open_db()
         try:
-            d = lib.edit(conn, proposal_id, text=text, kind=kind, scope=scope_name, tell=tell, reason=reason,
+            d = decide.edit(conn, proposal_id, text=text, kind=kind, scope=scope_name, tell=tell, reason=reason,
                          actor="cli", session=session)
-        except lib.ProposalError as e:
+        except decide.ProposalError as e:
             raise Fail(str(e))
         if as_json:
             echo_json(d.as_dict())
         else:
             click.echo(f"edited {fmt_proposal(d.proposal, full=True)}")
             if d.redacted:
-                click.echo(f"redacted before storing: {store.describe_secrets(d.redacted)}")
+                click.echo(f"redacted before storing: {memories.describe_secrets(d.redacted)}")
             click.echo(f"approve it with: recalld proposals approve {d.proposal['id']}")
 
     @proposals.command("reject")
@@ -161,8 +161,8 @@ def register(cli):
         """Decline the draft (kept, marked rejected, never written)."""
         conn = open_db()
         try:
-            d = lib.reject(conn, proposal_id, reason, actor="cli", session=session)
-        except lib.ProposalError as e:
+            d = decide.reject(conn, proposal_id, reason, actor="cli", session=session)
+        except decide.ProposalError as e:
             raise Fail(str(e))
         if as_json:
             echo_json(d.as_dict())
@@ -230,11 +230,11 @@ def register(cli):
         for p in rows:
             try:
                 if action == "approve":
-                    d = lib.approve(conn, p["id"], actor="cli-bulk", check_similar=False)
+                    d = decide.approve(conn, p["id"], actor="cli-bulk", check_similar=False)
                 else:
-                    d = lib.reject(conn, p["id"], reason, actor="cli-bulk")
+                    d = decide.reject(conn, p["id"], reason, actor="cli-bulk")
                 decided.append(d.as_dict())
-            except (lib.ProposalError, store.StoreError) as e:
+            except (decide.ProposalError, memories.StoreError) as e:
                 errors.append(str(e))
         if as_json:
             echo_json({"action": action, "matched": [p["id"] for p in rows], "decided": decided, "errors": errors})

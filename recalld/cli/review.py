@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from recalld.capture import decide as lib
+from recalld.capture import decide
 from recalld.core import paths
 
 KEYS = {"a": "approve", "e": "edit", "r": "reject", "s": "skip", "q": "quit"}
@@ -35,7 +35,7 @@ def parse_age(value: "str | None") -> "dt.timedelta | None":
 
 def select(conn, *, project, session=None, kind=None, older_than=None, limit: int = 10_000) -> list:
     """Open proposals matching the filters, oldest first."""
-    rows = lib.list_(conn, project=project, session=session, states=lib.OPEN, limit=limit)
+    rows = decide.list_(conn, project=project, session=session, states=decide.OPEN, limit=limit)
     if kind:
         rows = [p for p in rows if p["effective"]["kind"] == kind]
     if older_than is not None:
@@ -138,8 +138,8 @@ def walk(conn, rows: list, *, project, session=None) -> dict:
     done = {"approved": 0, "edited": 0, "rejected": 0, "skipped": 0}
     for i, p in enumerate(rows, 1):
         while True:
-            fresh = lib.get(conn, p["id"])
-            if fresh is None or fresh["state"] not in lib.OPEN:
+            fresh = decide.get(conn, p["id"])
+            if fresh is None or fresh["state"] not in decide.OPEN:
                 break  # decided elsewhere meanwhile (the agent, another review)
             click.echo("\n" + describe(fresh, i, len(rows)))
             click.echo(PROMPT, nl=False)
@@ -154,7 +154,7 @@ def walk(conn, rows: list, *, project, session=None) -> dict:
                 break
             try:
                 if action == "approve":
-                    d = lib.approve(conn, p["id"], actor="review", session=session)
+                    d = decide.approve(conn, p["id"], actor="review", session=session)
                     click.echo(f"    approved p{p['id']} as m{d.memory['id']}")
                     for s in d.similar or []:
                         click.echo(f"    looks related: m{s['id']} ({s['relation']}): {s['text'][:100]}")
@@ -165,7 +165,7 @@ def walk(conn, rows: list, *, project, session=None) -> dict:
                     if text is None or not text.strip() or text.strip() == fresh["effective"]["text"].strip():
                         click.echo("    unchanged")
                         continue
-                    lib.edit(conn, p["id"], text=text.strip(), actor="review", session=session,
+                    decide.edit(conn, p["id"], text=text.strip(), actor="review", session=session,
                              reason="edited in review")
                     done["edited"] += 1
                     continue  # the same draft again: approve or reject what it now says
@@ -173,11 +173,11 @@ def walk(conn, rows: list, *, project, session=None) -> dict:
                 if not reason:
                     click.echo("    a rejection needs a reason")
                     continue
-                lib.reject(conn, p["id"], reason, actor="review", session=session)
+                decide.reject(conn, p["id"], reason, actor="review", session=session)
                 click.echo(f"    rejected p{p['id']}")
                 done["rejected"] += 1
                 break
-            except lib.ProposalError as e:
+            except decide.ProposalError as e:
                 click.echo(f"    {e}")
                 break
             finally:

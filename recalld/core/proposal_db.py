@@ -1,6 +1,6 @@
 """The proposer's side of the store: read what it needs, write drafts, never a memory.
 
-This module (and everything the proposer imports) has no import path to recalld.store, and
+This module (and everything the proposer imports) has no import path to recalld.memories, and
 `connect()` hands out a handle whose authorizer refuses any write to the memory tables. A
 proposer that can write once invented a statistic that was served back as fact; this one
 cannot reach the store even by mistake (tests/test_proposer.py checks both).

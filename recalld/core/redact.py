@@ -6,7 +6,7 @@ Its own module, standard library only, because the stop hook redacts the agent's
 on the hot path, and the daemon redacts every transcript line before storing it. `re` and
 `collections` are imported only once a text needs them: the cues and gates that decide whether
 a pattern can match are plain string code, and importing `re` and compiling the patterns cost
-the stop hook more than the rest of its run. Every memory write redacts through it (recalld/store.py), and
+the stop hook more than the rest of its run. Every memory write redacts through it (recalld/memories.py), and
 `recalld.capture.policies` (the proposer's screening) builds on it. docs/security.md lists what
 it finds and what it leaves alone.
 """

@@ -2,8 +2,8 @@
 
 Every value is checked against its declaration in SETTINGS, on write (`recalld config set` refuses a bad one) and on
 read: the hook reads settings on every run, and one bad value (a string for a number, a null,
-`deadline_ms: 0`, which would switch the deadline off) used to make every hook fail before it
-could write a receipt. A bad value now falls back to its default, and load() names the keys
+`deadline_ms: 0`, which would switch the deadline off) would make every hook fail before it
+could write a receipt. So a bad value falls back to its default, and load() names the keys
 that fell back so the hook's receipt can say so (`detail.settings_fallback`).
 """
 

@@ -1,6 +1,6 @@
 """Whether a crystal folder changed since it was last scanned, without a stat of every file in it.
 
-A hook process stats every crystal file on every act (recalld/core/crystals.py), which is how an
+A hook process stats every crystal file on every act (recalld/crystals/__init__.py), which is how an
 edited crystal is caught: 300 files are about 2 ms of each prompt and tool call. The daemon,
 serving hooks (recalld/daemon/hookserver.py), asks the kernel instead: an inotify watch on each
 folder it has scanned. The kernel queues an event inside the very write, rename or unlink that
@@ -40,7 +40,7 @@ def _ino(path: str):
 
 
 class FolderWatch:
-    """unchanged(folder, token) / before_scan(folder) -> token, as recalld.core.crystals reads them."""
+    """unchanged(folder, token) / before_scan(folder) -> token, as recalld.crystals reads them."""
 
     def __init__(self):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -32,7 +32,8 @@ import threading
 import time
 
 from recalld import __version__
-from recalld.core import crystals, paths
+from recalld import crystals
+from recalld.core import paths
 from recalld.daemon import folderwatch, sockets
 from recalld.core import jsonio
 from recalld.hook import payloads, semantic, served

@@ -48,10 +48,9 @@ _REJECTED = ("doesn't want to proceed", "was rejected", "Request interrupted", "
 _PATH_KEYS = ("file_path", "path", "notebook_path")
 _PATH_TOKEN = re.compile(r"(?:^|[\s'\"=(])((?:\.{0,2}/)?[\w.@-]+(?:/[\w.@-]+)+|[\w-]+\.(?:py|js|ts|tsx|jsx|rs|go|rb|ex|exs|java|kt|c|h|cc|cpp|hpp|md|toml|yaml|yml|json|sql|sh|css|html|vue|swift|php))")
 _STOP_PATHS = {"/dev/null", "/tmp", "/usr/bin/env"}
-# In the shared Claude Code transcripts (220 tool results followed by another record), 5.5% of
-# the next records come within 0.1 s of the result (parallel calls' results) and only 5.9% within
-# 0.5 s; of all records, 41% follow the previous one within 0.5 s (one message's blocks). So a
-# result-triggered need waits 0.15 s, not debounce_s: the same bursts, 0.35 s sooner.
+# What comes soon after a tool result is only parallel calls' results, so a result-triggered need
+# waits less than debounce_s and catches the same bursts sooner (the transcripts' timing:
+# docs/evaluation.md, "The need's debounce").
 RESULT_DEBOUNCE_S = 0.15
 
 

@@ -17,7 +17,8 @@ in `served` as `gate:c:<id>` rows.
 import os
 
 from recalld import agents
-from recalld.core import crystals, packer
+from recalld import crystals
+from recalld.core import packer
 
 MAX_RESPONSE = 20_000
 

@@ -193,12 +193,12 @@ def report(cwd=None, command=None, run_hook: bool = True, probe_models: bool = T
 
 
 def crystal_trust(cwd: str) -> "dict | None":
-    """The project's crystal folder and whether the hook may deliver it (crystal_admin.trust_summary)."""
+    """The project's crystal folder and whether the hook may deliver it (admin.trust_summary)."""
     try:
-        from recalld import crystal_admin
+        from recalld.crystals import admin
         from recalld.core import scope
 
-        return crystal_admin.trust_summary(scope.resolve_project(cwd))
+        return admin.trust_summary(scope.resolve_project(cwd))
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
 

@@ -503,8 +503,8 @@ def ensure_bytecode() -> dict:
 
     The hook starts a fresh interpreter on every prompt and tool call. Without .pyc files
     (an editable install, or PYTHONDONTWRITEBYTECODE set in the agent's environment) every run
-    recompiles the hook's modules from source; on the machine this was measured on that took
-    the hook from 1.17x to 1.7x a bare interpreter start (docs/evaluation.md).
+    recompiles the hook's modules from source, which costs more than the rest of the hook
+    (docs/evaluation.md, "Checks on the hook's path").
     """
     import compileall
 

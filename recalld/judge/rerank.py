@@ -14,10 +14,9 @@ model's gain only on the informative words the memory does *not* match (`unmatch
     rank_score = gain + SEARCH_WEIGHT * Hit.rank
 
 The intent: the model should speak where the words are silent ("tourney" against
-"tournament"), not re-read the words the search has already scored. On every answerable LoCoMo
-dev question this order measured 0.521 hit@1 against 0.517 for query likelihood over all the
-query's tokens, and lost fewer of the questions the search order had right (16 against 21);
-docs/evaluation.md has the measurements. A word search matched only after correcting a typo is
+"tournament"), not re-read the words the search has already scored. On LoCoMo dev it ranks at least as well
+as query likelihood over all the query's tokens and loses fewer of the questions the search
+order had right (docs/evaluation.md, "Re-ranking"). A word search matched only after correcting a typo is
 stemmed here as typed, so it counts as unmatched.
 
 Not on the hook's path: it runs a loaded model (recalld.model.runtime).

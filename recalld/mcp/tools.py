@@ -19,7 +19,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
-from recalld import store
+from recalld import memories
 from recalld.capture import decide
 from recalld.core import db, scope
 
@@ -47,7 +47,7 @@ _BOUND: "contextvars.ContextVar[Bound]" = contextvars.ContextVar("recalld_mcp_bo
 def _scope(cwd) -> scope.Scope:
     bound = _BOUND.get(None)
     if bound is None:
-        raise store.StoreError("no server scope: MCP tools run through build()'s wrappers")
+        raise memories.StoreError("no server scope: MCP tools run through build()'s wrappers")
     return scope.narrow(bound.scope, cwd, base=bound.root)
 
 
@@ -84,7 +84,7 @@ def remember(conn, text: str, kind: str = "fact", scope_name: str = "project", t
     thread's previous memory). Keys, tokens and passwords in it are stored as [REDACTED:kind]
     (`redacted` gives the kinds and counts); `allow_secrets` stores them as written, and the
     memory's change log says so."""
-    res = store.remember(conn, text, _scope(cwd), scope=scope_name, kind=kind, tell=tell or None,
+    res = memories.remember(conn, text, _scope(cwd), scope=scope_name, kind=kind, tell=tell or None,
                          always=always, supersedes=supersedes or [], source="mcp",
                          thread=thread or None, allow_secrets=bool(allow_secrets))
     return res.as_dict()
@@ -93,17 +93,17 @@ def remember(conn, text: str, kind: str = "fact", scope_name: str = "project", t
 def show(conn, memory_id: int, session: str = "") -> dict:
     """Open one memory whole: what a recalld tell line points at ("open: recalld show ID").
     Returns its text, kind, scope and state (a superseded one says so)."""
-    return store.show(conn, memory_id, _scope(""), via="mcp", session=session or None)
+    return memories.show(conn, memory_id, _scope(""), via="mcp", session=session or None)
 
 
 def history(conn, memory_id: int) -> list[dict]:
     """A memory's supersession chain with its change log (the memories this server may read)."""
-    return store.history(conn, memory_id, _scope(""))
+    return memories.history(conn, memory_id, _scope(""))
 
 
 def retract(conn, memory_id: int, why: str, cwd: str = "") -> dict:
     """Invalidate a memory that is no longer true, without a successor."""
-    return store.retract(conn, memory_id, why, _scope(cwd))
+    return memories.retract(conn, memory_id, why, _scope(cwd))
 
 
 # --- proposals -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import sqlite3
 from recalld.core import receipts
 from recalld.core.redact import redact
 from recalld.core.query_terms import Stemmer, aux_text
-from recalld.store import KINDS, MAX_TEXT, MAX_TELL
+from recalld.memories import KINDS, MAX_TEXT, MAX_TELL
 from recalld.team import config
 
 TEAM_AGENT = "team"

@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from recalld.core import crystals, db, trust
+from recalld import crystals
+from recalld.core import db
+from recalld.crystals import trust
 from tests.helpers import REPO, run_recalld
 
 EVIL = ("crystal:\non: boot, prompt, bash\nmatch: deploy\ntell: EVIL-TELL\n\n<!-- crystal:essence -->\n"

@@ -18,7 +18,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from recalld import store
+from recalld import memories
 from recalld.mcp import tools as mcp
 from recalld.capture import policies, decide
 from recalld.cli.main import cli
@@ -77,7 +77,7 @@ def world(home, tmp_path, monkeypatch):
     ids = {}
     for word, (p, s, agent) in MEMORIES.items():
         sc = scope.Scope(projects[p], agent)
-        ids[word] = store.remember(conn, f"kumquat rule {word}", sc, scope=s, check_similar=False).memory["id"]
+        ids[word] = memories.remember(conn, f"kumquat rule {word}", sc, scope=s, check_similar=False).memory["id"]
     conn.close()
     return {"dirs": dirs, "projects": projects, "ids": ids, "tmp": tmp_path}
 
@@ -93,7 +93,7 @@ def count_memories() -> int:
 def current(mid: int) -> bool:
     conn = db.connect()
     try:
-        return store.get(conn, mid)["invalid_at"] is None
+        return memories.get(conn, mid)["invalid_at"] is None
     finally:
         conn.close()
 
@@ -213,19 +213,19 @@ def test_history_chain_holds_only_readable_memories(home, world):
     conn = db.connect()
     px = world["projects"]["x"]
     main_sc, a_sc, rev_sc = (scope.Scope(px, i) for i in ("main", "a", "main/reviewer"))
-    a = store.remember(conn, "kumquat chain one", main_sc, check_similar=False).memory["id"]
-    b = store.remember(conn, "kumquat chain two", a_sc, scope="agent", supersedes=[a], check_similar=False).memory["id"]
-    c = store.remember(conn, "kumquat chain three", a_sc, supersedes=[b], check_similar=False).memory["id"]
-    assert [m["id"] for m in store.history(conn, a, a_sc)] == [a, b, c]
+    a = memories.remember(conn, "kumquat chain one", main_sc, check_similar=False).memory["id"]
+    b = memories.remember(conn, "kumquat chain two", a_sc, scope="agent", supersedes=[a], check_similar=False).memory["id"]
+    c = memories.remember(conn, "kumquat chain three", a_sc, supersedes=[b], check_similar=False).memory["id"]
+    assert [m["id"] for m in memories.history(conn, a, a_sc)] == [a, b, c]
     for sc in (main_sc, rev_sc):
-        assert [m["id"] for m in store.history(conn, a, sc)] == [a]
-        assert [m["id"] for m in store.history(conn, c, sc)] == [c]
-        with pytest.raises(store.StoreError, match=f"^m{b} does not exist$"):
-            store.history(conn, b, sc)
+        assert [m["id"] for m in memories.history(conn, a, sc)] == [a]
+        assert [m["id"] for m in memories.history(conn, c, sc)] == [c]
+        with pytest.raises(memories.StoreError, match=f"^m{b} does not exist$"):
+            memories.history(conn, b, sc)
     y_sc = scope.Scope(world["projects"]["y"], "a")
     for mid in (a, b, c):
-        with pytest.raises(store.StoreError, match=f"^m{mid} does not exist$"):
-            store.history(conn, mid, y_sc)
+        with pytest.raises(memories.StoreError, match=f"^m{mid} does not exist$"):
+            memories.history(conn, mid, y_sc)
     conn.close()
 
 
@@ -334,7 +334,7 @@ def test_every_mcp_tool_goes_through_the_servers_scope(world):
     conn = db.connect()
     try:
         for fn in mcp.TOOLS:
-            with pytest.raises(store.StoreError, match="no server scope"):
+            with pytest.raises(memories.StoreError, match="no server scope"):
                 fn(conn, **args[fn.__name__])
         assert decide.get(conn, pid)["state"] == "pending"
     finally:

@@ -18,7 +18,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from recalld import store
+from recalld import memories
 from recalld.mcp import tools as mcp
 from recalld.capture import policies, decide
 from recalld.cli.main import cli
@@ -184,7 +184,7 @@ def files_under(home) -> set:
 
 
 def single_line(text: str) -> bool:
-    return "\n" not in text and len(text) < store.MAX_TELL
+    return "\n" not in text and len(text) < memories.MAX_TELL
 
 
 def test_cli_remember_stores_no_secret_and_says_what_it_redacted(home, project):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from recalld import store
+from recalld import memories
 from recalld.core import scope, settings
 from tests.helpers import payload, run_recalld
 
@@ -24,7 +24,7 @@ PROMPT = "how does the exporter write cents on refunds"
 
 @pytest.fixture
 def seeded(home, conn, project):
-    store.remember(conn, MEMORY, scope.resolve(str(project)), check_similar=False)
+    memories.remember(conn, MEMORY, scope.resolve(str(project)), check_similar=False)
     return project
 
 

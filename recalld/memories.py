@@ -1,4 +1,5 @@
-"""Writing and reading memories (the slow path: CLI, MCP, import, approvals).
+"""Memories outside the hook: write, supersede, retract, import, show, history (the slow path:
+CLI, MCP, approvals). The store itself is recalld.core.db.
 
 A write returns only after it is durable (WAL + synchronous=FULL, one transaction) and returns
 every record it changed. Superseding marks, never deletes; validity comes from the write's

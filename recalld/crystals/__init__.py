@@ -35,13 +35,19 @@ records the folder with the sha256 of each crystal file, and a folder whose file
 hash the same is untrusted again. The hashes live in the directory's cache next to the
 bindings, computed when a file is (re)parsed, so an act on an unchanged folder hashes
 nothing. User-wide crystals (RECALLD_HOME/crystals) are the user's own and always trusted.
+
+This package is crystals' one home: this module (files, parsing, matching), cache (the parsed
+index per folder), trust (the trust log) and admin (trusting a folder, figures from receipts;
+not on the hook's path). The hook's source is recalld.hook.crystal_source, the commands
+recalld.cli.crystals.
 """
 
 import os
 import stat
 import time
 
-from recalld.core import crystal_cache, paths, trust
+from recalld.core import paths
+from recalld.crystals import cache as crystal_cache, trust
 from recalld.core.packer import CLAIM_MARKERS
 
 ACTS = ("bash", "write", "delegate", "prompt", "boot", "commit", "tool-result")

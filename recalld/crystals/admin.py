@@ -1,13 +1,14 @@
 """Managing crystals, outside the hook: trusting a project's crystal folder and how its trust
 reads (`recalld crystals trust`, `recalld doctor`), and crystal figures from hook receipts
 (`recalld crystals stats`, the crystals benchmark). The hook only matches crystals
-(recalld.core.crystals) and reads trust.state; nothing here runs on its path.
+(recalld.crystals) and reads trust.state; nothing here runs on its path.
 """
 
 import statistics
 
-from recalld.core import crystals, trust
-from recalld.core.crystals import directories, scan_dir
+from recalld import crystals
+from recalld.crystals import trust
+from recalld.crystals import directories, scan_dir
 
 # --- trust ----------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The crystal index's cache file, one per crystal folder (standard library only: every act of
-the hook reads it; recalld.core.crystals decides what goes in).
+the hook reads it; recalld.crystals decides what goes in).
 
 Marshal, not JSON: decoding 300 bindings is several times faster, and the hook pays it on every
 act. It lives under RECALLD_HOME with the store itself; the header pins the format, the Python
@@ -13,7 +13,7 @@ import sys
 
 from recalld.core import paths
 
-VERSION = 4  # bump when recalld.core.crystals.Crystal.to_cache changes what a binding holds
+VERSION = 4  # bump when recalld.crystals.Crystal.to_cache changes what a binding holds
 _TAG = ("recalld-crystals", VERSION, tuple(sys.version_info[:2]))
 
 
