@@ -238,7 +238,7 @@ class Encoder:
                     self.model += "+int8"
                 # The session holds its own copy of the weights; the numpy pass's would be a
                 # second one that nothing reads (RECALLD_EMBED_RUNTIME=numpy loads them to run).
-                self.word = self.pos = self.type0 = self.ln0 = None
+                self.word = self.pos = self.type0 = self.ln0 = self._weights = None
                 self.layers = []
                 onnxbert.trim()
             elif self.runtime_reason is None:

@@ -109,6 +109,9 @@ def session(enc, threads: int = 1, int8: bool = False):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    # No arena: it would keep a backfill batch's peak (attention is batch x heads x n x n) for the
+    # daemon's life; a prompt's embedding measured as fast without it
+    opts.enable_cpu_mem_arena = False
     sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
     del model, graph, inits, nodes, data
     return sess
