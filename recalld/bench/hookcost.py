@@ -298,12 +298,29 @@ def _semantic_store(home: Path) -> dict:
         m /= np.linalg.norm(m, axis=1, keepdims=True)
         vectors.write(conn, enc.model, zip(ids[s:s + 5000], m))
     conn.close()
-    path = home / "settings.json"
-    cfg = json.loads(path.read_text()) if path.exists() else {}
+    cfg = _store_settings(home, semantic=True)
     cfg.setdefault("models", {})["embedder"] = choice.path
-    path.write_text(json.dumps(cfg))
+    (home / "settings.json").write_text(json.dumps(cfg))
     return {"model": enc.model, "vectors_written": len(ids),
             "semantic_wait_ms": cfg.get("semantic_wait_ms", settings.DEFAULTS["semantic_wait_ms"])}
+
+
+def _store_settings(home: Path, semantic: bool) -> dict:
+    """The store's settings with the semantic channel at its default or off (`semantic_wait_ms`
+    0, the user's switch: a store kept from a semantic run keeps its vectors and embedder, so
+    off has to be said, not left out)."""
+    path = home / "settings.json"
+    cfg = json.loads(path.read_text()) if path.exists() else {}
+    cfg.pop("semantic_wait_ms", None)
+    if not semantic:
+        cfg["semantic_wait_ms"] = 0
+    path.write_text(json.dumps(cfg))
+    return cfg
+
+
+def _store_settings_names_embedder(home: Path) -> bool:
+    path = home / "settings.json"
+    return path.exists() and bool((json.loads(path.read_text()).get("models") or {}).get("embedder"))
 
 
 def _query_ready(home: Path, pid: int, limit_s: float = 300) -> dict:
@@ -360,15 +377,18 @@ def run(quick: bool = False, venv: "str | None" = None, keep: "str | None" = Non
                   "commands": cmds, "sizes": {}}
         for n in ns:
             home, build_s = _store(vdir, base, n, project)
+            _store_settings(home, semantic)
             m = _measure(cmds, vdir, home, project, n_rounds)  # no daemon: each hook runs itself
             m["store_build_s"] = round(build_s, 1) if build_s is not None else "reused"
             if serve:  # the daemon running, as `recalld install` sets it up: it serves the hooks
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RECALLD_"))}
                 env.update(RECALLD_HOME=str(home), HOME=str(home))
-                m["semantic"] = _semantic_store(home) if semantic else "off"
+                m["semantic"] = _semantic_store(home) if semantic else "off (semantic_wait_ms 0)"
                 since = _last_receipt(vdir, home)
                 with ServingDaemon([str(vdir / "bin" / "recalld"), "daemon", "run"], env, home) as daemon:
-                    if semantic:
+                    # off too, when the store names an embedder: the daemon still loads it and
+                    # builds its graph, and a run during that build is not the steady state
+                    if semantic or _store_settings_names_embedder(home):
                         m["query_server"] = _query_ready(home, daemon.proc.pid)
                     m["served"] = _measure(cmds, vdir, home, project, n_rounds)
                 m["served"]["in_daemon"] = _served_durations(vdir, home, since)
@@ -399,5 +419,5 @@ if __name__ == "__main__":
         ("--no-serve", {"dest": "serve", "action": "store_false",
                         "help": "only the hook processes on their own (no daemon serving them)"}),
         ("--no-semantic", {"dest": "semantic", "action": "store_false",
-                           "help": "no vectors and no embedder for the served runs (the semantic channel down)"}),
+                           "help": "the served runs with the semantic channel off (semantic_wait_ms 0)"}),
     )))
