@@ -15,9 +15,9 @@ scope only: the lexical side through core.search with that Scope, the dense side
 model.vectors' VectorIndex with the same rule (core/scope.py's `where`, checked again in SQL
 for every id it returns), and the hook reads the ids back through its own scope filter too.
 
-Requests are answered one at a time: an answer takes one query embedding (~20 ms on one core)
-and two searches, and hook runs of different sessions rarely coincide; a hook that finds the
-daemon busy past its wait answers lexically.
+Requests are answered one at a time: an answer takes one query embedding and two searches, and
+hook runs of different sessions rarely coincide; a hook that finds the daemon busy past its
+wait answers lexically. A hook run the daemon serves asks in-process instead (`ask`, `Job`).
 """
 
 import json
