@@ -28,6 +28,25 @@ def shared_transcripts():
 _GUARD = pytest.StashKey()
 
 
+_PROBE = pytest.StashKey()
+
+
+def _model_runs_here(config) -> None:
+    """Before the first model test, load the embedded model once in a child process: a
+    llama-cpp-python built for instructions this machine withholds (AMX on some VMs) would
+    otherwise kill the test process at the first model test. Each model test then fails with
+    what the probe saw and the fix; the rest of the suite runs."""
+    if _PROBE not in config.stash:
+        from recalld.model import faults
+        from recalld.model.resolve import resolve
+
+        choice = resolve("judge", {"models": {}})
+        config.stash[_PROBE] = faults.probe(choice.path, timeout_s=60) if choice.available else None
+    got = config.stash[_PROBE]
+    if got is not None and not got["works"]:
+        pytest.fail(f"the embedded model does not run here: {got['said']}", pytrace=False)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """For a test not marked `model`: refuse every load of a real model, from before its first
@@ -35,7 +54,10 @@ def pytest_runtest_setup(item):
     this process the Runtime's loader is replaced and the loaded-model cache hidden (a model
     test may have filled it); subprocesses get tests/model_guard first on PYTHONPATH, whose
     sitecustomize does the same there."""
-    if item.get_closest_marker("model") is not None:
+    mark = item.get_closest_marker("model")
+    if mark is not None:
+        if "embedder" not in mark.args:  # the sentence embedder's weights only, no GGUF
+            _model_runs_here(item.config)
         return
     from recalld.model import runtime as llm
 

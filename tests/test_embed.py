@@ -502,7 +502,7 @@ def _encoder(monkeypatch, runtime):
 
 
 @needs_weights
-@pytest.mark.model
+@pytest.mark.model("embedder")
 def test_the_numpy_forward_pass_matches_sentence_transformers(monkeypatch):
     enc = _encoder(monkeypatch, "numpy")
     v = enc.embed(PINNED)
@@ -514,7 +514,7 @@ def test_the_numpy_forward_pass_matches_sentence_transformers(monkeypatch):
 
 
 @needs_weights
-@pytest.mark.model
+@pytest.mark.model("embedder")
 def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc):
     # the default (int8) pass too: each token's row is quantized on its own, so a text's vector
     # does not depend on the batch it is embedded in
@@ -528,7 +528,7 @@ def test_batching_and_padding_do_not_change_a_vector_and_long_texts_are_cut(enc)
 
 
 @needs_weights
-@pytest.mark.model
+@pytest.mark.model("embedder")
 def test_the_float32_graph_gives_the_numpy_pass_vectors(monkeypatch):
     enc = _encoder(monkeypatch, "float32")
     plain = _encoder(monkeypatch, "numpy")
@@ -541,7 +541,7 @@ def test_the_float32_graph_gives_the_numpy_pass_vectors(monkeypatch):
 
 
 @needs_weights
-@pytest.mark.model
+@pytest.mark.model("embedder")
 def test_the_int8_default_stays_near_the_float32_vectors_under_a_name_of_its_own(enc, monkeypatch):
     if enc.runtime != "onnxruntime-int8":
         pytest.skip(f"int8 pass not built: {enc.runtime} ({enc.runtime_reason})")
@@ -560,7 +560,7 @@ def test_the_int8_default_stays_near_the_float32_vectors_under_a_name_of_its_own
 
 
 @needs_weights
-@pytest.mark.model
+@pytest.mark.model("embedder")
 def test_backfill_cli_and_dense_search_find_a_paraphrase(home, project):
     env = {"RECALLD_HOME": str(home)}
     texts = ["Ledgerly's invoices are stored in PostgreSQL 16 through psycopg 3.",
