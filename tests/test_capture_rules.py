@@ -186,3 +186,89 @@ def test_a_server_only_said_to_be_starting_is_not_how_it_is_run():
     assert not [sp for sp in mine.mine(events).spans if sp.role == "command"]
     events[-1] = _ev("text", 4, "The Phoenix server is running on port 4000.")
     assert [sp.kind for sp in mine.mine(events).spans if sp.role == "command"] == ["procedure"]
+
+
+# --- rules read off the whole Codex and Claude Code sessions of the development projects ---------
+
+
+@pytest.mark.parametrize("text", [
+    "I\u2019ll check the README for clues before the next step",  # a curly apostrophe is the same plan
+    "Since the scaffold is missing, I\u2019ll report this as a blocker and stop here",
+    "Because the tests are slow, let me run only the unit suite first",
+    "I don't have access to timestamps for when this conversation started",
+])
+def test_plans_in_curly_quotes_or_after_their_reason_are_of_the_moment(text):
+    assert rules.of_the_moment(text)
+
+
+def test_a_reason_before_a_rule_is_not_a_plan():
+    assert not rules.of_the_moment("Since the cache is per user, keys must include the account id")
+
+
+@pytest.mark.parametrize("text, dropped", [
+    (".codex/prompts/specify.md make sure to pass the arguments file as the input", True),
+    ("/plan use the stack notes in the arguments folder", True),
+    ("Use the following decision record as the canonical content for the constitution.", True),
+    ("we need a way to randomize who starts, and it should remember the bounds", False),
+])
+def test_a_message_naming_the_command_to_run_or_pointing_at_itself_is_of_the_moment(text, dropped):
+    assert rules.user_of_the_moment(text) is dropped
+
+
+@pytest.mark.parametrize("cmd, plain", [
+    ("bash -lc cat .codex/prompts/implement.md", "cat .codex/prompts/implement.md"),
+    ("powershell.exe -NoProfile -Command Get-ChildItem -Force", "Get-ChildItem -Force"),
+    ("cd /repo && pytest -q", "pytest -q"),
+    ("sh -c 'make test'", "make test"),
+])
+def test_a_command_is_read_without_the_shell_it_was_handed_to(cmd, plain):
+    assert mine.unwrap(cmd) == plain
+
+
+@pytest.mark.parametrize("cmd, look", [
+    ("bash -lc rg -n specify-arg", True),
+    ("sed -n '1,200p' README.md", True),
+    ("git status -sb", True),
+    ("Get-Content C:\\repo\\README.md", True),
+    ("sed -i 's/a/b/' setup.sh", False),
+    ("bash -lc pytest -q", False),
+])
+def test_looks_around_are_told_from_commands_that_change_or_build(cmd, look):
+    assert mine.is_look(cmd) is look
+
+
+def test_a_failed_look_and_an_empty_failure_are_not_errors_of_the_project():
+    events = [
+        _ev("prompt", 1, "run the specify step with the arguments file", role="user"),
+        _ev("tool_call", 2, tool="shell", tool_input={"command": ["bash", "-lc", "cat .codex/prompts/implement.md"]}),
+        _ev("tool_result", 3, "cat: .codex/prompts/implement.md: No such file or directory", tool="shell",
+            is_error=True),
+        _ev("tool_call", 4, tool="shell", tool_input={"command": ["bash", "-lc", "make spec ARGS=specify-arg"]}),
+        _ev("tool_result", 5, '{"output": "", "metadata": {"exit_code": 1, "duration_seconds": 0.0}}', tool="shell",
+            is_error=True),
+        _ev("text", 6, "Re-run `/implement` so we can continue from the spec onward."),
+    ]
+    assert not [sp for sp in mine.mine(events).spans if sp.role == "error"]
+
+
+def test_an_error_is_not_linked_by_the_words_of_no_such_file_or_directory():
+    assert not rules.links("`cp a.txt build/`: cp: build/: No such file or directory",
+                           "Adjusting working directory paths")
+
+
+def test_a_bold_heading_is_not_a_statement_but_still_counts_as_said():
+    text = "**Adjusting working directory paths**\n\nThe prompts live under `prompts/`, not `.codex/prompts/`."
+    m = mine.mine([_ev("prompt", 1, "where are the prompts?", role="user"), _ev("reasoning", 2, text)])
+    assert not any("Adjusting" in sp.text for sp in m.spans)
+    assert m.statements == 3  # the question, the heading and the fact: the turn's size is unchanged
+
+
+def test_the_users_requirement_is_mined_and_the_users_question_is_not():
+    m = mine.mine([_ev("prompt", 1, "when we play every monday, we need a way to randomize who starts. "
+                                    "so now, when hosted on render.com, its likely /dev/urandom?", role="user")])
+    texts = [sp.text for sp in m.spans]
+    assert any(t.startswith("when we play every monday, we need") for t in texts)
+    assert not any(t.endswith("?") for t in texts)
+    # the user's "what about we ...?" proposes: no question's penalty
+    proposal = "we can't reach the inverter in ci, so what about we make a small mock server"
+    assert mine.score(proposal + "?", "user")[0] == mine.score(proposal, "user")[0]

@@ -31,6 +31,9 @@ HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The u
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
                   "File has been modified since read", "String to replace not found", "No changes to make",
                   "[Request interrupted", "InputValidationError")
+# A failure with no message: Codex's record of a command whose output was empty (`rg` that
+# matched nothing exits 1), or a bare exit code.
+EMPTY_FAILURE = re.compile(r'^\{"output":\s*"",\s*"metadata"|^(?:exit code:?\s*\d+\s*)+$', re.I)
 # The user's answers to the agent's questions arrive as a tool result (Claude Code's AskUserQuestion).
 ANSWER_TOOLS = ("askuserquestion", "ask_user", "request_user_input")
 ANSWER_PAIR = re.compile(r'"([^"]{3,300})"\s*=\s*"([^"]{1,300})"')
@@ -99,7 +102,8 @@ STATE = _rx(r"\balready\b", r"\bis configured\b", r"\bare configured\b", r"\buse
             r"\b(?:upgraded|downgraded|updated) (?:from|to)\b", r"\bdiscrepancy\b", r"\bduplicated\b",
             r"\bno [\w.`-]+ (?:installers?|scripts?|config|tests?)\b", r"\bactual (?:file|name|port|path)\b",
             r"\bdocumented\b", r"\bcan add\b", r"\bhandles?\b", r"\bgenerates?\b", r"\binstalled\b",
-            r"\bconfigured (?:with|to|for|in|as)\b", r"\b(?:enabled|disabled) (?:by|in|for)\b")
+            r"\bconfigured (?:with|to|for|in|as)\b", r"\b(?:enabled|disabled) (?:by|in|for)\b",
+            r"\bhosted (?:at|on|by)\b", r"\bdeployed (?:to|on|at)\b", r"\bserved (?:from|by)\b")
 # Explicit markers of what should outlive the session ("Note for later:", "keep in mind").
 REMEMBER = _rx(r"\bnote (?:for later|to self|for (?:the )?future)\b", r"\bfor (?:future|later) reference\b",
                r"\bkeep in mind\b", r"\bremember (?:that|to)\b", r"\bgoing forward\b", r"\bfrom now on\b",
@@ -115,7 +119,8 @@ DECISION_QUESTION = _rx(r"\b(?:should|shall|will|would|do) we\b", r"\bwhich (?:[
                         r"\b(?:how|what) (?:[\w-]+ ){0,3}should\b", r"\b(?:approach|option|strategy)\b")
 PREFERENCE = _rx(r"^(?:no|nope)\b[,.!]?", r"^(?:don't|do not|never|always|stop)\b", r"^please (?:don't|do not|always|never|use|keep)\b",
                  r"^(?:include|exclude|keep|pause|skip|avoid|only|make sure|ask me|confirm)\b", r"\bwe should\b", r"\blet's\b",
-                 r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
+                 r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never|need)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
+                 r"\b(?:it|this|that|we) should\b",
                  r"\binstead\b", r"\bprefer\b", r"\brather\b")
 
 # What makes a statement about this project rather than about anything.
@@ -181,6 +186,11 @@ _SENT_LOWER = re.compile(r"(?<=[.!?])\s+(?=[a-z])")
 USER_NOTE = re.compile(r"^(?:note|fyi|remember|keep in mind)(?: that|:|,)\s", re.I)
 
 
+# A line wholly in bold, short and with no sentence end in it, is a heading ("**Adjusting working
+# directory paths**", the title of a Codex reasoning summary), not a statement.
+BOLD_HEADING = re.compile(r"^(?:[-*+]\s+)?\*\*[^*.!?;]{1,80}\*\*:?$")
+
+
 def statements(text: str, casual: bool = False) -> list:
     """A text cut into statements: code blocks dropped, one statement per list item or line,
     lines cut at sentence ends (`casual`: before a small letter too, as the user types). Table
@@ -215,6 +225,7 @@ def _content(text: str) -> list:
 
 def score(text: str, role: str) -> tuple:
     """(score, kind, cues) of one statement by its words alone."""
+    text = rules.plain(text)
     w, cues = WEIGHTS, []
     s = 0.0
     kinds = {}
@@ -260,7 +271,8 @@ def score(text: str, role: str) -> tuple:
     if fl:
         s += max(w["fluff_min"], w["fluff"] * fl)
         cues.append("fluff")
-    if text.rstrip().endswith("?") and role != "user":
+    # A question asks, it does not say; the user's "what about we ...?" proposes, and stays.
+    if text.rstrip().endswith("?") and not (role == "user" and rules.DECIDED.search(text)):
         s += w["question"]
     if _EMOJI.search(text):
         s += w["emoji"]
@@ -308,6 +320,18 @@ def _first_error_line(text: str) -> str:
 
 
 _CD = re.compile(r"^cd\s+\S+\s*&&\s*")
+# The shell a command was handed to (Codex runs `bash -lc CMD`, on Windows `powershell.exe
+# -NoProfile -Command CMD`): the command is what follows; cutting the wrapper is a deletion.
+_SHELL = re.compile(r"^(?:(?:/usr)?(?:/bin/)?(?:ba|z|da)?sh\s+-l?c|(?:powershell|pwsh)(?:\.exe)?(?:\s+-\w+)*\s+-Command|"
+                    r"cmd(?:\.exe)?\s+/c)\s+", re.I)
+
+
+def unwrap(cmd: str) -> str:
+    """A command without the shell it was handed to, and without a leading `cd DIR &&`."""
+    cmd = _SHELL.sub("", cmd.strip())
+    if len(cmd) > 1 and cmd[0] == cmd[-1] and cmd[0] in "'\"":
+        cmd = cmd[1:-1]
+    return _CD.sub("", cmd)
 
 
 def _command_of(ev) -> str:
@@ -319,7 +343,7 @@ def _command_of(ev) -> str:
         if isinstance(v, list):
             v = " ".join(x for x in v if isinstance(x, str))
         if isinstance(v, str) and v.strip():
-            return _CD.sub("", " ".join(v.strip().splitlines()[0].split()))[:160]
+            return unwrap(" ".join(v.strip().splitlines()[0].split()))[:160]
     return " ".join((ev.text or "").split())[:160]
 
 
@@ -375,7 +399,8 @@ def mine(events: list) -> Mined:
             texts.append(t)
             tool = (ev.tool or "").lower()
             if ev.is_error:
-                if t.startswith(HARNESS_ERRORS) or len(t) < 12 or any(h in t[:200] for h in HARNESS_ERRORS):
+                if t.startswith(HARNESS_ERRORS) or len(t) < 12 or any(h in t[:200] for h in HARNESS_ERRORS) \
+                        or EMPTY_FAILURE.match(t):
                     continue
                 m.errors += 1
                 errors.append((len(order), ev, calls.get(ev.tool)))
@@ -398,8 +423,11 @@ def mine(events: list) -> Mined:
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
     for role, t, line, uuid in units:
+        headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
             m.statements += 1
+            if st in headings:
+                continue
             noted = role == "user" and USER_NOTE.match(st)
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
@@ -459,7 +487,7 @@ def _error_spans(order: list, errors: list) -> list:
     for group in by_error.values():
         i, ev, call, err = group[0]
         cmd = policies.redact(_command_of(call))[0] if call is not None else ""
-        if cmd.split(" ", 1)[0] in EXPLORE_COMMANDS:
+        if is_look(cmd):
             continue  # a look that found nothing says where the agent looked, not how the project is
         after = order[i + 1:]
         fix_text, fix_line, fixed_line = None, None, None
@@ -519,7 +547,19 @@ def _call_before(order: list, result) -> "object":
 
 # Read-only looks around (their failures are the agent looking in the wrong place).
 EXPLORE_COMMANDS = ("ls", "cat", "head", "tail", "find", "tree", "grep", "rg", "pwd", "echo", "which", "stat",
-                    "wc", "file", "cd", "less", "more", "type")
+                    "wc", "file", "cd", "less", "more", "type", "nl", "dir", "get-content", "get-childitem",
+                    "select-string", "test-path", "get-item")
+_GIT_LOOK = re.compile(r"^git\s+(?:status|log|diff|show|branch|remote|rev-parse|ls-files)\b")
+
+
+def is_look(cmd: str) -> bool:
+    """A read-only look around (`cat`, `rg`, `Get-Content`, `sed -n`, `git status`): its failure
+    says where the agent looked, not how the project is."""
+    cmd = unwrap(cmd)
+    head = cmd.split(" ", 1)[0].lower()
+    if head in EXPLORE_COMMANDS or _GIT_LOOK.match(cmd):
+        return True
+    return head == "sed" and not re.search(r"\s-i\b|--in-place", cmd)
 # "Let me fix X by Y" -> "fix X by Y": the claim after the agent's announcement of it.
 FIX_LEAD = re.compile(r"^(?:let me|i'll|i will|i need to|we need to|now i'll|now let me|i should)\s+", re.I)
 
@@ -542,8 +582,7 @@ def _run_spans(order: list) -> list:
             if isinstance(cmd, list):
                 cmd = " ".join(x for x in cmd if isinstance(x, str))
             if isinstance(cmd, str) and cmd.strip():
-                head = _command_of(payload).split(" ", 1)[0]
-                last = None if head in EXPLORE_COMMANDS else payload
+                last = None if is_look(_command_of(payload)) else payload
             continue
         if kind != "text" or last is None:
             continue

@@ -37,7 +37,11 @@ _NARRATION_ANY = re.compile(
 _WORD = re.compile(r"[\w'’-]+")
 
 
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'"})
+
+
 def is_narration(text: str) -> bool:
+    text = (text or "").translate(_QUOTES)  # "I\u2019ll" is "I'll" (Codex and GPT write curly quotes)
     return bool(_NARRATION_START.search(text) or _NARRATION_ANY.search(text))
 
 
