@@ -272,3 +272,27 @@ def test_the_users_requirement_is_mined_and_the_users_question_is_not():
     # the user's "what about we ...?" proposes: no question's penalty
     proposal = "we can't reach the inverter in ci, so what about we make a small mock server"
     assert mine.score(proposal + "?", "user")[0] == mine.score(proposal, "user")[0]
+
+
+def test_a_pasted_document_is_read_as_a_document_not_as_the_user_speaking():
+    rules_ = "\n".join(f"- Rule {i}: we always deploy service {i} on Fridays, never on Mondays, because of the rota."
+                       for i in range(60))
+    paste = "Use this decision record as the source of truth.\n" + rules_
+    assert len(paste) > mine.PASTE_CHARS
+    m = mine.mine([_ev("prompt", 1, paste, role="user")])
+    assert m.spans and {sp.role for sp in m.spans} == {"document"}
+    assert m.paste_chars == len(paste)
+    assert m.requests  # still a turn the user asked something in
+    # the same rule typed by the user is the user's and scores the user's bonus
+    said = "we always deploy service 1 on Fridays, never on Mondays, because of the rota."
+    typed = mine.mine([_ev("prompt", 1, said, role="user")]).spans[0]
+    pasted = next(sp for sp in m.spans if sp.text.startswith("Rule 1:"))
+    assert typed.role == "user" and typed.score > pasted.score
+
+
+def test_a_pasted_document_buys_no_slots():
+    from recalld.capture import proposer
+
+    paste = "x " * (3 * mine.PASTE_CHARS)
+    m = mine.mine([_ev("prompt", 1, paste, role="user"), _ev("text", 2, "The build uses `make all` on CI.")])
+    assert proposer._slots(m, {"max_drafts": 3}) == 3

@@ -44,12 +44,15 @@ DELEGATE_TOOLS = ("task", "agent", "delegate", "spawn_agent")
 HARNESS_REPORTS = ("Async agent launched",)
 
 MIN_WORDS, MAX_CHARS = 6, 400
+# A user message longer than this is a paste: a person types a few paragraphs in a chat turn;
+# pages come from a file (a decision record, a prompt template's body).
+PASTE_CHARS = 3_000
 
 
 @dataclass
 class Span:
     text: str  # the statement as a quote of the turn (redacted)
-    role: str  # user | agent | reasoning | answer | report | delegation | error | command
+    role: str  # user | document | agent | reasoning | answer | report | delegation | error | command
     line: int  # transcript line it was said on
     uuid: "str | None" = None
     line_to: "int | None" = None  # error -> fix: the line of the fix
@@ -297,6 +300,7 @@ class Mined:
     errors: int = 0  # failing tool results read
     chars: int = 0
     said_chars: int = 0  # characters of the texts cut into statements (what chunks are made of)
+    paste_chars: int = 0  # of those, the characters of documents the user pasted
     text: str = ""  # everything the turn said (redacted): what a draft must be grounded in
     redactions: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
@@ -384,6 +388,10 @@ def mine(events: list) -> Mined:
             role = "delegation" if sub else "user"
             if role == "user":
                 m.requests.append(" ".join(t.split()))
+                # Pages of text in one message are a paste (a decision record, a prompt file's
+                # body), not the user speaking: its statements are the document's.
+                if len(t) > PASTE_CHARS:
+                    role = "document"
             units.append((role, t, ev.line_no, ev.uuid))
         elif ev.kind in ("text", "reasoning") and ev.role == "assistant":
             t = red(t)
@@ -422,6 +430,7 @@ def mine(events: list) -> Mined:
     m.units = len(units)
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
+    m.paste_chars = sum(len(u[1]) for u in units if u[0] == "document")
     for role, t, line, uuid in units:
         headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
@@ -432,7 +441,8 @@ def mine(events: list) -> Mined:
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
-            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
+            if role in ("agent", "reasoning", "report", "document") and \
+                    (rules.of_the_moment(st, role) or rules.is_trivia(st)):
                 continue
             if role == "user" and rules.user_of_the_moment(st):
                 continue
