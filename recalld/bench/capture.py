@@ -279,7 +279,7 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
                         ungrounded += len(words)
                         listed.append({"file": f.name, "project": projects.get(f.name) or group_of(f.name),
                                        "session": turn[0].session, "line": d.line, "line_to": d.line_to,
-                                       "kind": d.kind, "text": d.text, "confidence": d.confidence,
+                                       "kind": d.kind, "role": d.role, "text": d.text, "confidence": d.confidence,
                                        "label": None if lab is None else lab,
                                        "good": lab is not None and labels[lab]["keep"],
                                        "ungrounded": words})
@@ -347,7 +347,12 @@ def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turn
             "labels_strong": len(strong), "labels_matched": sum(1 for k in strong if k in matched_labels),
             "recall": round(sum(1 for k in strong if k in matched_labels) / len(strong), 3) if strong else None,
             "per_20_substantive_turns": round(20 * n / subst, 2) if subst else None,
-            "duplicates": duplicates(listed)}
+            "duplicates": duplicates(listed),
+            # who said what was drafted (the user, the agent's text or reasoning, an error...):
+            # proposals and how many match a label worth keeping, a total per source, no text
+            "by_role": {r: [sum(1 for x in listed if x.get("role") == r),
+                            sum(1 for x in listed if x.get("role") == r and x["good"])]
+                        for r in sorted({x.get("role") or "?" for x in listed})}}
 
 
 def duplicates(listed: list) -> int:
