@@ -274,20 +274,18 @@ def test_the_users_requirement_is_mined_and_the_users_question_is_not():
     assert mine.score(proposal + "?", "user")[0] == mine.score(proposal, "user")[0]
 
 
-def test_a_pasted_document_is_read_as_a_document_not_as_the_user_speaking():
+def test_a_pasted_document_is_read_and_counted_but_not_drafted():
     rules_ = "\n".join(f"- Rule {i}: we always deploy service {i} on Fridays, never on Mondays, because of the rota."
                        for i in range(60))
     paste = "Use this decision record as the source of truth.\n" + rules_
     assert len(paste) > mine.PASTE_CHARS
     m = mine.mine([_ev("prompt", 1, paste, role="user")])
-    assert m.spans and {sp.role for sp in m.spans} == {"document"}
-    assert m.paste_chars == len(paste)
+    assert not m.spans
+    assert m.paste_chars == len(paste) and m.statements > 60
     assert m.requests  # still a turn the user asked something in
-    # the same rule typed by the user is the user's and scores the user's bonus
+    # the same rule typed by the user is the user's
     said = "we always deploy service 1 on Fridays, never on Mondays, because of the rota."
-    typed = mine.mine([_ev("prompt", 1, said, role="user")]).spans[0]
-    pasted = next(sp for sp in m.spans if sp.text.startswith("Rule 1:"))
-    assert typed.role == "user" and typed.score > pasted.score
+    assert [sp.role for sp in mine.mine([_ev("prompt", 1, said, role="user")]).spans] == ["user"]
 
 
 def test_a_pasted_document_buys_no_slots():
@@ -296,3 +294,33 @@ def test_a_pasted_document_buys_no_slots():
     paste = "x " * (3 * mine.PASTE_CHARS)
     m = mine.mine([_ev("prompt", 1, paste, role="user"), _ev("text", 2, "The build uses `make all` on CI.")])
     assert proposer._slots(m, {"max_drafts": 3}) == 3
+
+
+@pytest.mark.parametrize("text", [
+    "The status bar already tracks the state, so I could reuse that instead of adding notifications",
+    "With the default setting the temp file would persist on disk after a crash",
+    "The key thing is setting up the build and install flow correctly before anything else",
+    "The trickier part is verifying that the paste actually worked in every app",
+    "Switch to the small model for better accuracy on longer text",
+])
+def test_deliberation_in_the_reasoning_is_of_the_moment(text):
+    assert rules.of_the_moment(text, "reasoning")
+
+
+def test_a_finding_in_the_reasoning_is_kept_and_deliberation_words_only_count_there():
+    finding = "The current integration tests use a broken OCI image, so they only test failures"
+    assert not rules.of_the_moment(finding, "reasoning")
+    assert not rules.of_the_moment("The service could not bind port 502 without root", "reasoning")
+    assert not rules.of_the_moment("The cache would be rebuilt on every deploy otherwise", "agent")
+
+
+def test_a_claim_thought_and_then_told_is_the_texts():
+    told = ["Last 10 dictations in menu bar — already built in. Just needs `maxRecordings: 10`."]
+    assert rules.said_again("Re-paste previous dictations: already built in with `maxRecordings`!", told)
+    assert not rules.said_again("The status bar tracks a copiedToClipboard state", told)
+    events = [_ev("prompt", 1, "can it keep my recent dictations?", role="user"),
+              _ev("reasoning", 2, "Re-paste previous dictations: already built in with `maxRecordings`, nothing to add."),
+              _ev("text", 3, "Last 10 dictations in the menu bar are already built in: it just needs "
+                             "`maxRecordings: 10` in the config.")]
+    roles = {sp.role for sp in mine.mine(events).spans}
+    assert "reasoning" not in roles and "agent" in roles

@@ -389,7 +389,7 @@ def mine(events: list) -> Mined:
             if role == "user":
                 m.requests.append(" ".join(t.split()))
                 # Pages of text in one message are a paste (a decision record, a prompt file's
-                # body), not the user speaking: its statements are the document's.
+                # body), not the user speaking: its statements are the document's, not drafted.
                 if len(t) > PASTE_CHARS:
                     role = "document"
             units.append((role, t, ev.line_no, ev.uuid))
@@ -431,6 +431,9 @@ def mine(events: list) -> Mined:
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
     m.paste_chars = sum(len(u[1]) for u in units if u[0] == "document")
+    # What the agent told, to check its reasoning against: a claim thought and then said is the
+    # text's (the answer restates the thinking behind it, in the words chosen for the reader).
+    told = [st for role, t, _l, _u in units if role == "agent" for st in statements(t)]
     for role, t, line, uuid in units:
         headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
@@ -443,6 +446,12 @@ def mine(events: list) -> Mined:
                 continue
             if role in ("agent", "reasoning", "report", "document") and \
                     (rules.of_the_moment(st, role) or rules.is_trivia(st)):
+                continue
+            if role == "reasoning" and rules.said_again(st, told):
+                continue
+            # A pasted document is in the file it came from (the decision record the agent then
+            # writes down, the prompt file Codex expands): read, counted, never a draft.
+            if role == "document":
                 continue
             if role == "user" and rules.user_of_the_moment(st):
                 continue
