@@ -324,3 +324,20 @@ def test_a_claim_thought_and_then_told_is_the_texts():
                              "`maxRecordings: 10` in the config.")]
     roles = {sp.role for sp in mine.mine(events).spans}
     assert "reasoning" not in roles and "agent" in roles
+
+
+def test_a_long_error_line_and_command_are_cut_between_words():
+    from recalld.capture import policies
+
+    long_err = "Error: " + " ".join(["orchestrator-service-configuration"] * 12) + " failed to start"
+    cmd = "docker compose run --rm " + " ".join(["orchestrator-service-configuration"] * 8)
+    events = [_ev("prompt", 1, "bring the orchestrator up", role="user"),
+              _ev("tool_call", 2, cmd, tool="Bash", tool_input={"command": cmd}),
+              _ev("tool_result", 3, long_err, tool="Bash", is_error=True),
+              _ev("tool_call", 4, cmd, tool="Bash", tool_input={"command": cmd}),
+              _ev("tool_result", 5, long_err, tool="Bash", is_error=True)]
+    m = mine.mine(events)
+    spans = [sp for sp in m.spans if sp.role == "error"]
+    assert spans
+    said = set(policies._WORD.findall(m.text.lower()))
+    assert all(w in said for sp in spans for w in policies._WORD.findall(sp.text.lower()))

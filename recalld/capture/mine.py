@@ -319,8 +319,13 @@ def _first_error_line(text: str) -> str:
                      r"invalid|undefined|missing|unable", low):
             if len(ln) < 40 and n + 1 < len(lines):
                 ln = f"{ln} {lines[n + 1]}"
-            return ln[:240]
-    return lines[0][:240] if lines else ""
+            return _cut(ln, 240)
+    return _cut(lines[0], 240) if lines else ""
+
+
+def _cut(text: str, n: int) -> str:
+    """At most n characters, cut between words: half a word is a word the turn never said."""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0]
 
 
 _CD = re.compile(r"^cd\s+\S+\s*&&\s*")
@@ -347,8 +352,8 @@ def _command_of(ev) -> str:
         if isinstance(v, list):
             v = " ".join(x for x in v if isinstance(x, str))
         if isinstance(v, str) and v.strip():
-            return unwrap(" ".join(v.strip().splitlines()[0].split()))[:160]
-    return " ".join((ev.text or "").split())[:160]
+            return _cut(unwrap(" ".join(v.strip().splitlines()[0].split())), 160)
+    return _cut(" ".join((ev.text or "").split()), 160)
 
 
 def mine(events: list) -> Mined:
