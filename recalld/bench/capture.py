@@ -24,8 +24,10 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
   alike (target 0);
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
 - failed passes: outcome error or timeout (must be 0);
-- every figure per source project (`groups`) and over the projects outside FIT_PROJECTS
-  (`held_out`): the figures that count, no rule was read off those transcripts;
+- every figure per source project (`groups`), over the projects outside FIT_PROJECTS
+  (`held_out`: the figures that count, no rule was read off those transcripts) and over those in
+  it (`development`), with proposals and good ones per source (`by_role`: the user, a pasted
+  document, the agent's text or reasoning, a failing command...);
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
 - both for the model's ranking and for cue ranking alone (`cues_only`);
@@ -213,7 +215,8 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
            **with_model["figures"],
            "cues_only": {k: cues_only["figures"][k] for k in ("proposals", "precision", "recall",
                                                               "per_20_substantive_turns", "duplicates", "pass_s",
-                                                              "sessions_per_minute", "held_out", "groups")},
+                                                              "sessions_per_minute", "held_out", "development",
+                                                              "groups")},
            "proposals_listed": with_model["listed"],
            "targets": {"held_out precision": ">= 0.6", "held_out recall (strength >= 2)": ">= 0.5",
                        "per_20_substantive_turns": "<= 12", "duplicates": "0",
@@ -316,6 +319,9 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
     held = [f for f in files if (projects.get(f.name) or group_of(f.name)) not in FIT_PROJECTS]
     figures["held_out"] = _figures(held, by_file, [x for x in listed if x["project"] not in FIT_PROJECTS],
                                    matched_labels, turns_by, subst_by) if held else None
+    dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
+    figures["development"] = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS],
+                                      matched_labels, turns_by, subst_by) if dev else None
     # Why each missed label was missed: a draft of it was rejected (the reason), or it was never
     # a draft (not mined as a candidate, or not among the best of its chunk).
     figures["labels_missed"] = [
