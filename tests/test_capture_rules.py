@@ -341,3 +341,10 @@ def test_a_long_error_line_and_command_are_cut_between_words():
     assert spans
     said = set(policies._WORD.findall(m.text.lower()))
     assert all(w in said for sp in spans for w in policies._WORD.findall(sp.text.lower()))
+
+
+def test_a_leading_also_is_filler_not_progress():
+    said = "Also, since this runs as a new binary, macOS requires a new accessibility permission for it."
+    assert mine.tighten(said) == "Since this runs as a new binary, macOS requires a new accessibility permission for it."
+    assert "progress" not in mine.score(mine.tighten(said), "reasoning")[2]
+    assert "progress" in mine.score("Also updated the README with the new flags", "agent")[2]

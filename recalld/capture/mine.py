@@ -150,7 +150,7 @@ FLUFF = _rx(r"\bcomprehensive\b", r"\bprofessional\b", r"\bseamless(?:ly)?\b", r
             r"\bgreat\b", r"\bsmooth\b", r"\belegant\b", r"\bpowerful\b")
 # Leading filler that can be cut without losing the claim ("Perfect! I can see that X" -> "X").
 FILLER = re.compile(
-    r"^(?:(?:perfect|great|good|excellent|ok(?:ay)?|alright|sure|ah|oh|hmm|yes|right|interesting|nice|got it)\b[!,.:]*\s*[-—]?\s*)*"
+    r"^(?:(?:perfect|great|good|excellent|ok(?:ay)?|alright|sure|ah|oh|hmm|yes|right|interesting|nice|got it)\b[!,.:]*\s*[-—]?\s*|also,\s+)*"
     r"(?:(?:i can see|i see|i notice|i noticed|i found|it seems|it looks like|it appears|looks like|"
     r"i can confirm|i understand|i realized|i learned)\b(?: that)?[,:]?\s+|note(?: that|:)\s+)?", re.I)
 # ("Note that X" and "Note: X" lose the lead; "Note for later: X" keeps it, a marker, not filler.)
