@@ -55,3 +55,20 @@ def test_the_curve_reruns_the_proposer_per_setting_and_restores_it(home, project
         # The weak one-cue fact clears the floor, not the gate: the tighter setting drafts one of two.
         assert (loose[side]["proposals"], loose[side]["recall"]) == (2, 1.0)
         assert (tight[side]["proposals"], tight[side]["recall"], tight[side]["precision"]) == (1, 0.5, 1.0)
+
+
+def test_the_figures_are_reported_for_the_development_side_held_out_and_per_source(home, project, tmp_path):
+    files, by_file, projects = [], {}, {}
+    for name, group in (("spotter-dev.jsonl", "spotter"), ("other-held.jsonl", "other")):
+        path = tmp_path / name
+        cwd = project if group == "spotter" else _repo(tmp_path / "other")
+        _session(path, str(cwd), [("user", "what did we settle for the release?"), ("assistant", STRONG)])
+        files.append(path)
+        projects[name] = group
+        by_file[name] = [{"file": name, "line": 2, "statement": STRONG, "strength": 3, "keep": True}]
+    got = capture._variant(files, by_file, projects, False)["figures"]
+    for side in ("development", "held_out"):
+        assert got[side]["transcripts"] == 1 and got[side]["proposals"] == 1
+        assert got[side]["precision"] == 1.0 and got[side]["recall"] == 1.0
+        assert got[side]["by_role"] == {"agent": [1, 1]}
+    assert set(got["groups"]) == {"spotter", "other"}

@@ -186,3 +186,165 @@ def test_a_server_only_said_to_be_starting_is_not_how_it_is_run():
     assert not [sp for sp in mine.mine(events).spans if sp.role == "command"]
     events[-1] = _ev("text", 4, "The Phoenix server is running on port 4000.")
     assert [sp.kind for sp in mine.mine(events).spans if sp.role == "command"] == ["procedure"]
+
+
+# --- rules read off the whole Codex and Claude Code sessions of the development projects ---------
+
+
+@pytest.mark.parametrize("text", [
+    "I\u2019ll check the README for clues before the next step",  # a curly apostrophe is the same plan
+    "Since the scaffold is missing, I\u2019ll report this as a blocker and stop here",
+    "Because the tests are slow, let me run only the unit suite first",
+    "I don't have access to timestamps for when this conversation started",
+])
+def test_plans_in_curly_quotes_or_after_their_reason_are_of_the_moment(text):
+    assert rules.of_the_moment(text)
+
+
+def test_a_reason_before_a_rule_is_not_a_plan():
+    assert not rules.of_the_moment("Since the cache is per user, keys must include the account id")
+
+
+@pytest.mark.parametrize("text, dropped", [
+    (".codex/prompts/specify.md make sure to pass the arguments file as the input", True),
+    ("/plan use the stack notes in the arguments folder", True),
+    ("Use the following decision record as the canonical content for the constitution.", True),
+    ("we need a way to randomize who starts, and it should remember the bounds", False),
+])
+def test_a_message_naming_the_command_to_run_or_pointing_at_itself_is_of_the_moment(text, dropped):
+    assert rules.user_of_the_moment(text) is dropped
+
+
+@pytest.mark.parametrize("cmd, plain", [
+    ("bash -lc cat .codex/prompts/implement.md", "cat .codex/prompts/implement.md"),
+    ("powershell.exe -NoProfile -Command Get-ChildItem -Force", "Get-ChildItem -Force"),
+    ("cd /repo && pytest -q", "pytest -q"),
+    ("sh -c 'make test'", "make test"),
+])
+def test_a_command_is_read_without_the_shell_it_was_handed_to(cmd, plain):
+    assert mine.unwrap(cmd) == plain
+
+
+@pytest.mark.parametrize("cmd, look", [
+    ("bash -lc rg -n specify-arg", True),
+    ("sed -n '1,200p' README.md", True),
+    ("git status -sb", True),
+    ("Get-Content C:\\repo\\README.md", True),
+    ("sed -i 's/a/b/' setup.sh", False),
+    ("bash -lc pytest -q", False),
+])
+def test_looks_around_are_told_from_commands_that_change_or_build(cmd, look):
+    assert mine.is_look(cmd) is look
+
+
+def test_a_failed_look_and_an_empty_failure_are_not_errors_of_the_project():
+    events = [
+        _ev("prompt", 1, "run the specify step with the arguments file", role="user"),
+        _ev("tool_call", 2, tool="shell", tool_input={"command": ["bash", "-lc", "cat .codex/prompts/implement.md"]}),
+        _ev("tool_result", 3, "cat: .codex/prompts/implement.md: No such file or directory", tool="shell",
+            is_error=True),
+        _ev("tool_call", 4, tool="shell", tool_input={"command": ["bash", "-lc", "make spec ARGS=specify-arg"]}),
+        _ev("tool_result", 5, '{"output": "", "metadata": {"exit_code": 1, "duration_seconds": 0.0}}', tool="shell",
+            is_error=True),
+        _ev("text", 6, "Re-run `/implement` so we can continue from the spec onward."),
+    ]
+    assert not [sp for sp in mine.mine(events).spans if sp.role == "error"]
+
+
+def test_an_error_is_not_linked_by_the_words_of_no_such_file_or_directory():
+    assert not rules.links("`cp a.txt build/`: cp: build/: No such file or directory",
+                           "Adjusting working directory paths")
+
+
+def test_a_bold_heading_is_not_a_statement_but_still_counts_as_said():
+    text = "**Adjusting working directory paths**\n\nThe prompts live under `prompts/`, not `.codex/prompts/`."
+    m = mine.mine([_ev("prompt", 1, "where are the prompts?", role="user"), _ev("reasoning", 2, text)])
+    assert not any("Adjusting" in sp.text for sp in m.spans)
+    assert m.statements == 3  # the question, the heading and the fact: the turn's size is unchanged
+
+
+def test_the_users_requirement_is_mined_and_the_users_question_is_not():
+    m = mine.mine([_ev("prompt", 1, "when we play every monday, we need a way to randomize who starts. "
+                                    "so now, when hosted on render.com, its likely /dev/urandom?", role="user")])
+    texts = [sp.text for sp in m.spans]
+    assert any(t.startswith("when we play every monday, we need") for t in texts)
+    assert not any(t.endswith("?") for t in texts)
+    # the user's "what about we ...?" proposes: no question's penalty
+    proposal = "we can't reach the inverter in ci, so what about we make a small mock server"
+    assert mine.score(proposal + "?", "user")[0] == mine.score(proposal, "user")[0]
+
+
+def test_a_pasted_document_is_read_and_counted_but_not_drafted():
+    rules_ = "\n".join(f"- Rule {i}: we always deploy service {i} on Fridays, never on Mondays, because of the rota."
+                       for i in range(60))
+    paste = "Use this decision record as the source of truth.\n" + rules_
+    assert len(paste) > mine.PASTE_CHARS
+    m = mine.mine([_ev("prompt", 1, paste, role="user")])
+    assert not m.spans
+    assert m.paste_chars == len(paste) and m.statements > 60
+    assert m.requests  # still a turn the user asked something in
+    # the same rule typed by the user is the user's
+    said = "we always deploy service 1 on Fridays, never on Mondays, because of the rota."
+    assert [sp.role for sp in mine.mine([_ev("prompt", 1, said, role="user")]).spans] == ["user"]
+
+
+def test_a_pasted_document_buys_no_slots():
+    from recalld.capture import proposer
+
+    paste = "x " * (3 * mine.PASTE_CHARS)
+    m = mine.mine([_ev("prompt", 1, paste, role="user"), _ev("text", 2, "The build uses `make all` on CI.")])
+    assert proposer._slots(m, {"max_drafts": 3}) == 3
+
+
+@pytest.mark.parametrize("text", [
+    "The status bar already tracks the state, so I could reuse that instead of adding notifications",
+    "With the default setting the temp file would persist on disk after a crash",
+    "The key thing is setting up the build and install flow correctly before anything else",
+    "The trickier part is verifying that the paste actually worked in every app",
+    "Switch to the small model for better accuracy on longer text",
+])
+def test_deliberation_in_the_reasoning_is_of_the_moment(text):
+    assert rules.of_the_moment(text, "reasoning")
+
+
+def test_a_finding_in_the_reasoning_is_kept_and_deliberation_words_only_count_there():
+    finding = "The current integration tests use a broken OCI image, so they only test failures"
+    assert not rules.of_the_moment(finding, "reasoning")
+    assert not rules.of_the_moment("The service could not bind port 502 without root", "reasoning")
+    assert not rules.of_the_moment("The cache would be rebuilt on every deploy otherwise", "agent")
+
+
+def test_a_claim_thought_and_then_told_is_the_texts():
+    told = ["Last 10 dictations in menu bar — already built in. Just needs `maxRecordings: 10`."]
+    assert rules.said_again("Re-paste previous dictations: already built in with `maxRecordings`!", told)
+    assert not rules.said_again("The status bar tracks a copiedToClipboard state", told)
+    events = [_ev("prompt", 1, "can it keep my recent dictations?", role="user"),
+              _ev("reasoning", 2, "Re-paste previous dictations: already built in with `maxRecordings`, nothing to add."),
+              _ev("text", 3, "Last 10 dictations in the menu bar are already built in: it just needs "
+                             "`maxRecordings: 10` in the config.")]
+    roles = {sp.role for sp in mine.mine(events).spans}
+    assert "reasoning" not in roles and "agent" in roles
+
+
+def test_a_long_error_line_and_command_are_cut_between_words():
+    from recalld.capture import policies
+
+    long_err = "Error: " + " ".join(["orchestrator-service-configuration"] * 12) + " failed to start"
+    cmd = "docker compose run --rm " + " ".join(["orchestrator-service-configuration"] * 8)
+    events = [_ev("prompt", 1, "bring the orchestrator up", role="user"),
+              _ev("tool_call", 2, cmd, tool="Bash", tool_input={"command": cmd}),
+              _ev("tool_result", 3, long_err, tool="Bash", is_error=True),
+              _ev("tool_call", 4, cmd, tool="Bash", tool_input={"command": cmd}),
+              _ev("tool_result", 5, long_err, tool="Bash", is_error=True)]
+    m = mine.mine(events)
+    spans = [sp for sp in m.spans if sp.role == "error"]
+    assert spans
+    said = set(policies._WORD.findall(m.text.lower()))
+    assert all(w in said for sp in spans for w in policies._WORD.findall(sp.text.lower()))
+
+
+def test_a_leading_also_is_filler_not_progress():
+    said = "Also, since this runs as a new binary, macOS requires a new accessibility permission for it."
+    assert mine.tighten(said) == "Since this runs as a new binary, macOS requires a new accessibility permission for it."
+    assert "progress" not in mine.score(mine.tighten(said), "reasoning")[2]
+    assert "progress" in mine.score("Also updated the README with the new flags", "agent")[2]

@@ -31,6 +31,9 @@ HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The u
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
                   "File has been modified since read", "String to replace not found", "No changes to make",
                   "[Request interrupted", "InputValidationError")
+# A failure with no message: Codex's record of a command whose output was empty (`rg` that
+# matched nothing exits 1), or a bare exit code.
+EMPTY_FAILURE = re.compile(r'^\{"output":\s*"",\s*"metadata"|^(?:exit code:?\s*\d+\s*)+$', re.I)
 # The user's answers to the agent's questions arrive as a tool result (Claude Code's AskUserQuestion).
 ANSWER_TOOLS = ("askuserquestion", "ask_user", "request_user_input")
 ANSWER_PAIR = re.compile(r'"([^"]{3,300})"\s*=\s*"([^"]{1,300})"')
@@ -41,12 +44,15 @@ DELEGATE_TOOLS = ("task", "agent", "delegate", "spawn_agent")
 HARNESS_REPORTS = ("Async agent launched",)
 
 MIN_WORDS, MAX_CHARS = 6, 400
+# A user message longer than this is a paste: a person types a few paragraphs in a chat turn;
+# pages come from a file (a decision record, a prompt template's body).
+PASTE_CHARS = 3_000
 
 
 @dataclass
 class Span:
     text: str  # the statement as a quote of the turn (redacted)
-    role: str  # user | agent | reasoning | answer | report | delegation | error | command
+    role: str  # user | document | agent | reasoning | answer | report | delegation | error | command
     line: int  # transcript line it was said on
     uuid: "str | None" = None
     line_to: "int | None" = None  # error -> fix: the line of the fix
@@ -99,7 +105,8 @@ STATE = _rx(r"\balready\b", r"\bis configured\b", r"\bare configured\b", r"\buse
             r"\b(?:upgraded|downgraded|updated) (?:from|to)\b", r"\bdiscrepancy\b", r"\bduplicated\b",
             r"\bno [\w.`-]+ (?:installers?|scripts?|config|tests?)\b", r"\bactual (?:file|name|port|path)\b",
             r"\bdocumented\b", r"\bcan add\b", r"\bhandles?\b", r"\bgenerates?\b", r"\binstalled\b",
-            r"\bconfigured (?:with|to|for|in|as)\b", r"\b(?:enabled|disabled) (?:by|in|for)\b")
+            r"\bconfigured (?:with|to|for|in|as)\b", r"\b(?:enabled|disabled) (?:by|in|for)\b",
+            r"\bhosted (?:at|on|by)\b", r"\bdeployed (?:to|on|at)\b", r"\bserved (?:from|by)\b")
 # Explicit markers of what should outlive the session ("Note for later:", "keep in mind").
 REMEMBER = _rx(r"\bnote (?:for later|to self|for (?:the )?future)\b", r"\bfor (?:future|later) reference\b",
                r"\bkeep in mind\b", r"\bremember (?:that|to)\b", r"\bgoing forward\b", r"\bfrom now on\b",
@@ -115,7 +122,8 @@ DECISION_QUESTION = _rx(r"\b(?:should|shall|will|would|do) we\b", r"\bwhich (?:[
                         r"\b(?:how|what) (?:[\w-]+ ){0,3}should\b", r"\b(?:approach|option|strategy)\b")
 PREFERENCE = _rx(r"^(?:no|nope)\b[,.!]?", r"^(?:don't|do not|never|always|stop)\b", r"^please (?:don't|do not|always|never|use|keep)\b",
                  r"^(?:include|exclude|keep|pause|skip|avoid|only|make sure|ask me|confirm)\b", r"\bwe should\b", r"\blet's\b",
-                 r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
+                 r"^use\b", r"\bwe (?:use|don't|do not|prefer|always|never|need)\b", r"\bi (?:prefer|want|don't want|do not want|like|hate)\b",
+                 r"\b(?:it|this|that|we) should\b",
                  r"\binstead\b", r"\bprefer\b", r"\brather\b")
 
 # What makes a statement about this project rather than about anything.
@@ -142,7 +150,7 @@ FLUFF = _rx(r"\bcomprehensive\b", r"\bprofessional\b", r"\bseamless(?:ly)?\b", r
             r"\bgreat\b", r"\bsmooth\b", r"\belegant\b", r"\bpowerful\b")
 # Leading filler that can be cut without losing the claim ("Perfect! I can see that X" -> "X").
 FILLER = re.compile(
-    r"^(?:(?:perfect|great|good|excellent|ok(?:ay)?|alright|sure|ah|oh|hmm|yes|right|interesting|nice|got it)\b[!,.:]*\s*[-—]?\s*)*"
+    r"^(?:(?:perfect|great|good|excellent|ok(?:ay)?|alright|sure|ah|oh|hmm|yes|right|interesting|nice|got it)\b[!,.:]*\s*[-—]?\s*|also,\s+)*"
     r"(?:(?:i can see|i see|i notice|i noticed|i found|it seems|it looks like|it appears|looks like|"
     r"i can confirm|i understand|i realized|i learned)\b(?: that)?[,:]?\s+|note(?: that|:)\s+)?", re.I)
 # ("Note that X" and "Note: X" lose the lead; "Note for later: X" keeps it, a marker, not filler.)
@@ -181,6 +189,11 @@ _SENT_LOWER = re.compile(r"(?<=[.!?])\s+(?=[a-z])")
 USER_NOTE = re.compile(r"^(?:note|fyi|remember|keep in mind)(?: that|:|,)\s", re.I)
 
 
+# A line wholly in bold, short and with no sentence end in it, is a heading ("**Adjusting working
+# directory paths**", the title of a Codex reasoning summary), not a statement.
+BOLD_HEADING = re.compile(r"^(?:[-*+]\s+)?\*\*[^*.!?;]{1,80}\*\*:?$")
+
+
 def statements(text: str, casual: bool = False) -> list:
     """A text cut into statements: code blocks dropped, one statement per list item or line,
     lines cut at sentence ends (`casual`: before a small letter too, as the user types). Table
@@ -215,6 +228,7 @@ def _content(text: str) -> list:
 
 def score(text: str, role: str) -> tuple:
     """(score, kind, cues) of one statement by its words alone."""
+    text = rules.plain(text)
     w, cues = WEIGHTS, []
     s = 0.0
     kinds = {}
@@ -260,7 +274,8 @@ def score(text: str, role: str) -> tuple:
     if fl:
         s += max(w["fluff_min"], w["fluff"] * fl)
         cues.append("fluff")
-    if text.rstrip().endswith("?") and role != "user":
+    # A question asks, it does not say; the user's "what about we ...?" proposes, and stays.
+    if text.rstrip().endswith("?") and not (role == "user" and rules.DECIDED.search(text)):
         s += w["question"]
     if _EMOJI.search(text):
         s += w["emoji"]
@@ -285,6 +300,7 @@ class Mined:
     errors: int = 0  # failing tool results read
     chars: int = 0
     said_chars: int = 0  # characters of the texts cut into statements (what chunks are made of)
+    paste_chars: int = 0  # of those, the characters of documents the user pasted
     text: str = ""  # everything the turn said (redacted): what a draft must be grounded in
     redactions: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
@@ -303,11 +319,28 @@ def _first_error_line(text: str) -> str:
                      r"invalid|undefined|missing|unable", low):
             if len(ln) < 40 and n + 1 < len(lines):
                 ln = f"{ln} {lines[n + 1]}"
-            return ln[:240]
-    return lines[0][:240] if lines else ""
+            return _cut(ln, 240)
+    return _cut(lines[0], 240) if lines else ""
+
+
+def _cut(text: str, n: int) -> str:
+    """At most n characters, cut between words: half a word is a word the turn never said."""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0]
 
 
 _CD = re.compile(r"^cd\s+\S+\s*&&\s*")
+# The shell a command was handed to (Codex runs `bash -lc CMD`, on Windows `powershell.exe
+# -NoProfile -Command CMD`): the command is what follows; cutting the wrapper is a deletion.
+_SHELL = re.compile(r"^(?:(?:/usr)?(?:/bin/)?(?:ba|z|da)?sh\s+-l?c|(?:powershell|pwsh)(?:\.exe)?(?:\s+-\w+)*\s+-Command|"
+                    r"cmd(?:\.exe)?\s+/c)\s+", re.I)
+
+
+def unwrap(cmd: str) -> str:
+    """A command without the shell it was handed to, and without a leading `cd DIR &&`."""
+    cmd = _SHELL.sub("", cmd.strip())
+    if len(cmd) > 1 and cmd[0] == cmd[-1] and cmd[0] in "'\"":
+        cmd = cmd[1:-1]
+    return _CD.sub("", cmd)
 
 
 def _command_of(ev) -> str:
@@ -319,8 +352,8 @@ def _command_of(ev) -> str:
         if isinstance(v, list):
             v = " ".join(x for x in v if isinstance(x, str))
         if isinstance(v, str) and v.strip():
-            return _CD.sub("", " ".join(v.strip().splitlines()[0].split()))[:160]
-    return " ".join((ev.text or "").split())[:160]
+            return _cut(unwrap(" ".join(v.strip().splitlines()[0].split())), 160)
+    return _cut(" ".join((ev.text or "").split()), 160)
 
 
 def mine(events: list) -> Mined:
@@ -360,6 +393,10 @@ def mine(events: list) -> Mined:
             role = "delegation" if sub else "user"
             if role == "user":
                 m.requests.append(" ".join(t.split()))
+                # Pages of text in one message are a paste (a decision record, a prompt file's
+                # body), not the user speaking: its statements are the document's, not drafted.
+                if len(t) > PASTE_CHARS:
+                    role = "document"
             units.append((role, t, ev.line_no, ev.uuid))
         elif ev.kind in ("text", "reasoning") and ev.role == "assistant":
             t = red(t)
@@ -375,7 +412,8 @@ def mine(events: list) -> Mined:
             texts.append(t)
             tool = (ev.tool or "").lower()
             if ev.is_error:
-                if t.startswith(HARNESS_ERRORS) or len(t) < 12 or any(h in t[:200] for h in HARNESS_ERRORS):
+                if t.startswith(HARNESS_ERRORS) or len(t) < 12 or any(h in t[:200] for h in HARNESS_ERRORS) \
+                        or EMPTY_FAILURE.match(t):
                     continue
                 m.errors += 1
                 errors.append((len(order), ev, calls.get(ev.tool)))
@@ -397,14 +435,28 @@ def mine(events: list) -> Mined:
     m.units = len(units)
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
+    m.paste_chars = sum(len(u[1]) for u in units if u[0] == "document")
+    # What the agent told, to check its reasoning against: a claim thought and then said is the
+    # text's (the answer restates the thinking behind it, in the words chosen for the reader).
+    told = [st for role, t, _l, _u in units if role == "agent" for st in statements(t)]
     for role, t, line, uuid in units:
+        headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
             m.statements += 1
+            if st in headings:
+                continue
             noted = role == "user" and USER_NOTE.match(st)
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
-            if role in ("agent", "reasoning", "report") and (rules.of_the_moment(st, role) or rules.is_trivia(st)):
+            if role in ("agent", "reasoning", "report", "document") and \
+                    (rules.of_the_moment(st, role) or rules.is_trivia(st)):
+                continue
+            if role == "reasoning" and rules.said_again(st, told):
+                continue
+            # A pasted document is in the file it came from (the decision record the agent then
+            # writes down, the prompt file Codex expands): read, counted, never a draft.
+            if role == "document":
                 continue
             if role == "user" and rules.user_of_the_moment(st):
                 continue
@@ -459,7 +511,7 @@ def _error_spans(order: list, errors: list) -> list:
     for group in by_error.values():
         i, ev, call, err = group[0]
         cmd = policies.redact(_command_of(call))[0] if call is not None else ""
-        if cmd.split(" ", 1)[0] in EXPLORE_COMMANDS:
+        if is_look(cmd):
             continue  # a look that found nothing says where the agent looked, not how the project is
         after = order[i + 1:]
         fix_text, fix_line, fixed_line = None, None, None
@@ -519,7 +571,19 @@ def _call_before(order: list, result) -> "object":
 
 # Read-only looks around (their failures are the agent looking in the wrong place).
 EXPLORE_COMMANDS = ("ls", "cat", "head", "tail", "find", "tree", "grep", "rg", "pwd", "echo", "which", "stat",
-                    "wc", "file", "cd", "less", "more", "type")
+                    "wc", "file", "cd", "less", "more", "type", "nl", "dir", "get-content", "get-childitem",
+                    "select-string", "test-path", "get-item")
+_GIT_LOOK = re.compile(r"^git\s+(?:status|log|diff|show|branch|remote|rev-parse|ls-files)\b")
+
+
+def is_look(cmd: str) -> bool:
+    """A read-only look around (`cat`, `rg`, `Get-Content`, `sed -n`, `git status`): its failure
+    says where the agent looked, not how the project is."""
+    cmd = unwrap(cmd)
+    head = cmd.split(" ", 1)[0].lower()
+    if head in EXPLORE_COMMANDS or _GIT_LOOK.match(cmd):
+        return True
+    return head == "sed" and not re.search(r"\s-i\b|--in-place", cmd)
 # "Let me fix X by Y" -> "fix X by Y": the claim after the agent's announcement of it.
 FIX_LEAD = re.compile(r"^(?:let me|i'll|i will|i need to|we need to|now i'll|now let me|i should)\s+", re.I)
 
@@ -542,8 +606,7 @@ def _run_spans(order: list) -> list:
             if isinstance(cmd, list):
                 cmd = " ".join(x for x in cmd if isinstance(x, str))
             if isinstance(cmd, str) and cmd.strip():
-                head = _command_of(payload).split(" ", 1)[0]
-                last = None if head in EXPLORE_COMMANDS else payload
+                last = None if is_look(_command_of(payload)) else payload
             continue
         if kind != "text" or last is None:
             continue

@@ -37,7 +37,11 @@ _NARRATION_ANY = re.compile(
 _WORD = re.compile(r"[\w'’-]+")
 
 
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'"})
+
+
 def is_narration(text: str) -> bool:
+    text = (text or "").translate(_QUOTES)  # "I\u2019ll" is "I'll" (Codex and GPT write curly quotes)
     return bool(_NARRATION_START.search(text) or _NARRATION_ANY.search(text))
 
 
@@ -53,7 +57,7 @@ class Draft:
     confidence: "float | None" = None
     redactions: dict = field(default_factory=dict)
     # Provenance of a mined span (recalld/capture/mine.py): who said it and where.
-    role: "str | None" = None  # user | agent | reasoning | answer | report | delegation | error | command
+    role: "str | None" = None  # user | document | agent | reasoning | answer | report | delegation | error | command
     line: "int | None" = None
     line_to: "int | None" = None
     uuid: "str | None" = None

@@ -347,7 +347,10 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
 
 
 def _slots(mined, pc: dict) -> int:
-    return min(MAX_PER_TURN, int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, mined.said_chars // SLOT_CHARS + 1))
+    # A pasted document (mine.PASTE_CHARS) buys no slots: pages of a decision record are not a
+    # conversation that said that much.
+    said = max(0, mined.said_chars - mined.paste_chars)
+    return min(MAX_PER_TURN, int(pc["max_drafts"]) * min(MAX_CHUNK_DRAFTS, said // SLOT_CHARS + 1))
 
 
 def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
@@ -414,7 +417,8 @@ _CUE_WORDS = {"decision": "a decision", "reason": "with its reason", "constraint
               "cause": "a cause", "state": "a fact about the project", "preference": "the user's preference",
               "error_fixed": "an error and what fixed it", "error_repeated": "an error that kept coming back",
               "error_once": "an error", "command_runs": "how it is run", "remember": "marked for later"}
-_ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent", "reasoning": "in the agent's reasoning",
+_ROLE_WORDS = {"user": "said by the user", "document": "in a document the user pasted", "agent": "said by the agent",
+               "reasoning": "in the agent's reasoning",
                "answer": "the user's answer to the agent's question", "report": "in a subagent's report",
                "delegation": "in the agent's task for a subagent", "error": "a failing command and what followed",
                "command": "a command and what the agent said it brought up"}

@@ -42,7 +42,9 @@ _PLAN = re.compile(
     r"we(?:'ll| will| need to|'d need to| would need to)\b|i'd (?:suggest|recommend)\b|"
     r"(?:would|do|shall) you (?:like|want)\b|want me to\b|should i\b|shall i\b|"
     r"looking at\b|checking\b|reading\b|searching\b|the (?:error|output|log|result)s? (?:shows?|says|indicates?)\b|the user (?:wants|is asking|asked|said|has|hasn't)\b|"
-    r"this (?:is|was) (?:a |an )?(?:really |very )?(?:good|great|excellent|smart|interesting) (?:idea|approach|point)\b)",
+    r"this (?:is|was) (?:a |an )?(?:really |very )?(?:good|great|excellent|smart|interesting) (?:idea|approach|point)\b|"
+    # a plan with its reason in front: "Since X is out of scope, I'll check the README"
+    r"(?:since|because|as|once|now that|given that)\b[^,;]{0,100},\s*(?:let me|i'll|i will|i need to|i should|i'm going to)\b)",
     re.I)
 _DOUBT = re.compile(
     r"^(?:actually|wait|hmm+|hm|oh|ah|aha|interesting|oops|sorry)\b|"
@@ -51,6 +53,7 @@ _DOUBT = re.compile(
     r"\bi (?:wonder|suspect|guess)\b|\bwould (?:let|allow|enable|help|give) (?:us|you|me)\b|"
     r"\b(?:get|give|show|send|tell) me\b|\bprobably\b|"
     r"\b(?:needs? updating|already (?:done|updated|covered)|nothing (?:else )?to (?:update|change))\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
+    r"^i (?:don't|do not) have (?:access to|the previous|any (?:previous|prior))\b|"
     r"^(?:it )?(?:seems|looks) like (?:the|this|it)\b.*\b(?:might|may|probably|likely)\b", re.I)
 
 
@@ -61,15 +64,40 @@ _DOUBT = re.compile(
 _SPOT = re.compile(r"^(?:lines? \d+(?:[-–]\d+)?|[\w./-]+\.\w+:\d+(?:-\d+)?)\b[:,]?", re.I)
 _TODO = re.compile(r"^(?:check|understand|look|read|find|search|explore|investigate|review|consider|verify|"
                    r"confirm|test|try|run|add|create|update|implement|write|fix|make sure|ensure|figure out|"
-                   r"see|determine|identify|plan|draft|decide|start|continue|move on|go through)\b", re.I)
+                   r"see|determine|identify|plan|draft|decide|start|continue|move on|go through|switch|set|enable|"
+                   r"disable|upgrade|change|remove|replace|handle|apply|build|install|move|rename|use|keep|convert|"
+                   r"copy)\b", re.I)
+
+
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def plain(text: str) -> str:
+    """The text with typographic quotes made plain ("I\u2019ll" -> "I'll"), for matching only:
+    Codex and GPT write curly apostrophes, and the rules are written with straight ones."""
+    return (text or "").translate(_QUOTES)
+
+
+# In its reasoning the agent weighs what it could do anywhere in a sentence ("..., so I could
+# leverage that", "..., so I should reconsider whether pruning runs"): deliberation, not a fact.
+_DELIBERATES = re.compile(r"\bI(?:'ll| will| could| might| can| plan to| need to| want to| have to| am going to|"
+                          r"'m going to| should (?:reconsider|check|look|verify|also|first|probably))\b|"
+                          # what would, could or might happen: a conjecture while thinking, not a finding
+                          r"\b(?:would|might|may|will)\b|\bcould(?! not\b| have\b)\b|"
+                          # how it frames its own problem: "The key thing is ...", "The trickier part is ..."
+                          r"^the (?:key|real|main|tricky|trickier|hard|harder|hardest|important|big|first|next|other|"
+                          r"remaining|simplest|best|cleanest|safest) (?:thing|part|issue|question|challenge|step|"
+                          r"modifications?|changes?|problem|approach|option|way) (?:is|are|here)\b", re.I)
 
 
 def of_the_moment(text: str, role: str = "agent") -> bool:
     """A plan, a doubt or narration of the agent's own work: not a fact that outlives the turn."""
-    t = text.strip().lstrip("-*> ")
+    t = plain(text).strip().lstrip("-*> ")
     if t.endswith(":"):  # the lead-in of a list ("the skill has three components:"), not a claim
         return True
-    return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t) or (role == "reasoning" and _TODO.search(t)))
+    if role == "reasoning" and (_TODO.search(t) or _DELIBERATES.search(t)):
+        return True
+    return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t))
 
 
 # What the user says about this conversation only: an offer to answer questions, the wish to
@@ -77,6 +105,10 @@ def of_the_moment(text: str, role: str = "agent") -> bool:
 # should", "don't touch X") is the point and is never dropped.
 _USER_MOMENT = re.compile(
     r"\bif (?:you are|you're|anything is|something is|any of this is) (?:unclear|confusing|not clear)\b|"
+    # a message that opens by naming the command or prompt file to run asks for this turn's work
+    r"^(?:/[a-z][\w.-]*|\.?[\w/.-]*prompts/[\w.-]+\.md)\b|"
+    # "use the following ... as": the rest of this message, not a rule
+    r"\b(?:use|take|treat) the (?:following|attached|above|below)\b|"
     r"\bif you have (?:any )?questions\b|"
     r"^(?:(?:so|and|but|now|ok(?:ay)?)[,]?\s+)?i(?:'d| would)? (?:want|like|need|wanted) to (?!keep|use|avoid|always|never)\w+",
     re.I)
@@ -85,7 +117,7 @@ _USER_MOMENT = re.compile(
 def user_of_the_moment(text: str) -> bool:
     """The user's words about this conversation, not about the project ("ask me if you are
     unclear about anything", "i want to repeat that work on a larger scale")."""
-    return bool(_USER_MOMENT.search(text.strip()))
+    return bool(_USER_MOMENT.search(plain(text).strip()))
 
 
 # --- trivia of a fix -------------------------------------------------------------------------
@@ -104,7 +136,8 @@ _RULE = re.compile(r"\b(?:must(?:n't| not)?|never|always|do not|don't|should(?:n
 
 def is_trivia(text: str) -> bool:
     """A fix's detail ("Fixed by renaming A to B"), unless it also states a rule."""
-    return bool(_TRIVIA.search(text.strip())) and not _RULE.search(text)
+    t = plain(text).strip()
+    return bool(_TRIVIA.search(t)) and not _RULE.search(t)
 
 
 # --- error -> fix ----------------------------------------------------------------------------
@@ -115,7 +148,7 @@ from into have been does doesn't found line file files exit code command using u
 while also then than only just some more most other about after before again because since still
 warning warnings issue problem fix fixed make made need needs like this these those your mine here
 true false none null returned return value values type types test tests run runs running build
-let's let""".split())
+let's let such directory directories output metadata duration seconds exit_code exit""".split())
 
 
 def subject_words(text: str) -> set:
@@ -127,6 +160,24 @@ def subject_words(text: str) -> set:
             out.add(w)
             out.update(p for p in re.split(r"[./_-]", w) if len(p) >= 4 and p not in _COMMON)
     return out
+
+
+_STOP = set("""the and for with that this from into are was were its it's has have had not but you your can
+could would should will just also then than there their they them what when which while about only all any
+some more most very""".split())
+
+
+def claim_words(text: str) -> set:
+    """The words that carry a statement's claim (three letters or more, not a stop word)."""
+    return {w for w in re.findall(r"[a-z0-9_.~/-]+", plain(text).lower().replace("`", "")) if len(w) >= 3
+            and w not in _STOP}
+
+
+def said_again(reasoning: str, text_statements: list) -> bool:
+    """The reasoning's claim is said again in the agent's text: half or more of its claim words
+    are in one statement of the text. The text is what the agent chose to tell."""
+    mine_ = claim_words(reasoning)
+    return bool(mine_) and any(len(mine_ & claim_words(t)) * 2 >= len(mine_) for t in text_statements)
 
 
 def links(error_head: str, fix: str) -> bool:
@@ -170,7 +221,7 @@ _ATTEMPT = re.compile(r"\b(?:trying|tries|tried|attempting|attempts|attempted|wa
 
 def kind_of(text: str, role: str, cue_kind: str) -> str:
     """The draft's kind by the rules above; `cue_kind` is the strongest cue's (mine.score)."""
-    t = text.strip()
+    t = plain(text).strip()
     if role == "answer":
         return cue_kind
     if role == "command":
