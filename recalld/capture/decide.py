@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from recalld.core import proposal_db, receipts
 from recalld.capture import policies
-from recalld import memories as store
+from recalld import memories
 from recalld.core.scope import SCOPES, Scope
 
 STATES = ("pending", "edited", "approved", "rejected")
@@ -139,7 +139,7 @@ def _transition(conn, pid, verb: str, body) -> Decision:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise ProposalError(f"cannot {verb} p{pid}: {e}; nothing changed") from None
-    except store.StoreError as e:
+    except memories.StoreError as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise ProposalError(f"cannot {verb} p{pid}: {e}") from None
@@ -157,8 +157,8 @@ def approve(conn: sqlite3.Connection, pid, *, scope: "str | None" = None, kind: 
     """Write the proposal's (edited) text as a memory, durably, and mark it approved."""
     if scope is not None and scope not in SCOPES:
         raise ProposalError(f"unknown scope {scope!r}; use one of: {', '.join(SCOPES)}")
-    if kind is not None and kind not in store.KINDS:
-        raise ProposalError(f"unknown kind {kind!r}; use one of: {', '.join(store.KINDS)}")
+    if kind is not None and kind not in memories.KINDS:
+        raise ProposalError(f"unknown kind {kind!r}; use one of: {', '.join(memories.KINDS)}")
 
     def body(p):
         eff = p["effective"]
@@ -167,7 +167,7 @@ def approve(conn: sqlite3.Connection, pid, *, scope: "str | None" = None, kind: 
         sc = Scope(project=p["project"], agent=p["agent"])
         # The store's write redacts the text and tell (drafts and edits were redacted already;
         # this holds for a draft row written by anything else).
-        res = store.remember_in_transaction(
+        res = memories.remember_in_transaction(
             conn, eff["text"], sc, scope=sc_name, kind=k, tell=eff["tell"],
             supersedes=supersedes, session=session or p["session"], source=f"proposal:p{p['id']}")
         ev = _insert_event(conn, p["id"], p["state"], "approved", actor=actor, session=_clean(session, {}),
@@ -178,7 +178,7 @@ def approve(conn: sqlite3.Connection, pid, *, scope: "str | None" = None, kind: 
     d = _transition(conn, pid, "approve", body)
     if check_similar:
         sc = Scope(project=d.proposal["project"], agent=d.proposal["agent"])
-        d.similar = store.similar(conn, d.memory["text"], sc,
+        d.similar = memories.similar(conn, d.memory["text"], sc,
                                   exclude={d.memory["id"], *(m["id"] for m in d.superseded)})
     return d
 
@@ -191,14 +191,14 @@ def edit(conn: sqlite3.Connection, pid, *, text: "str | None" = None, kind: "str
     text, tell, reason, session = _clean(text, found), _clean(tell, found), _clean(reason, found), _clean(session, found)
     if text is None and kind is None and scope is None and tell is None:
         raise ProposalError("edit needs at least one of --text, --kind, --scope, --tell")
-    if text is not None and len(text) > store.MAX_TEXT:
-        raise ProposalError(f"text is {len(text)} characters; the limit is {store.MAX_TEXT}")
-    if kind is not None and kind not in store.KINDS:
-        raise ProposalError(f"unknown kind {kind!r}; use one of: {', '.join(store.KINDS)}")
+    if text is not None and len(text) > memories.MAX_TEXT:
+        raise ProposalError(f"text is {len(text)} characters; the limit is {memories.MAX_TEXT}")
+    if kind is not None and kind not in memories.KINDS:
+        raise ProposalError(f"unknown kind {kind!r}; use one of: {', '.join(memories.KINDS)}")
     if scope is not None and scope not in SCOPES:
         raise ProposalError(f"unknown scope {scope!r}; use one of: {', '.join(SCOPES)}")
-    if tell is not None and len(tell) > store.MAX_TELL:
-        raise ProposalError(f"tell is {len(tell)} characters; keep it under {store.MAX_TELL}")
+    if tell is not None and len(tell) > memories.MAX_TELL:
+        raise ProposalError(f"tell is {len(tell)} characters; keep it under {memories.MAX_TELL}")
 
     def body(p):
         ev = _insert_event(conn, p["id"], p["state"], "edited", actor=actor, session=session, reason=reason,
