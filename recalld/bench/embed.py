@@ -239,7 +239,8 @@ def _served(enc, tmp: Path, sizes_l: list, quick: bool) -> dict:
         srv.index.build_ann(srv.lock)
         build_s = time.perf_counter() - t
         stop = threading.Event()
-        th = threading.Thread(target=srv._embed_jobs, args=(stop,), daemon=True)
+        path = tmp / f"s{n}.db"  # the embedding thread's own connection, to this store
+        th = threading.Thread(target=srv._embed_jobs, args=(stop, lambda: (db.connect(path), None)), daemon=True)
         th.start()
         graphs = {k: (p.ann, p.ann_n) for k, p in srv.index.parts.items()}
 

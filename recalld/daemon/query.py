@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 
-from recalld.core import db, receipts
+from recalld.core import receipts
 from recalld.core.scope import Scope
 from recalld.core.search import search
 from recalld.daemon import sockets
@@ -308,9 +308,10 @@ class QueryServer:
         self._builder = threading.Thread(target=build, name="recalld-query-graph", daemon=True)
         self._builder.start()
 
-    def _embed_jobs(self, stop, open_store=None, follow=None) -> None:
+    def _embed_jobs(self, stop, open_store, follow=None) -> None:
         """The embedding thread: query embeddings (Embedding) and, behind them in the same
-        queue, each served prompt's dense ranking (Job), on a store connection of its own."""
+        queue, each served prompt's dense ranking (Job), on a store connection of its own
+        (`open_store()`, followed to a new file by `follow` as the daemon's threads are)."""
         conn = ident = None
         try:
             while not stop.is_set():
@@ -320,7 +321,7 @@ class QueryServer:
                 if isinstance(item, Job):
                     try:
                         if conn is None:
-                            conn, ident = open_store() if open_store is not None else (db.connect(), None)
+                            conn, ident = open_store()
                         elif follow is not None:
                             conn, ident = follow(conn, ident, "query")
                         self._dense(conn, item)

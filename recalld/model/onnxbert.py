@@ -4,7 +4,8 @@ step).
 
 The graph is embed.Encoder._forward op for op: embeddings + LayerNorm, post-norm layers with
 the padded keys' bias, exact-erf GELU, mean pooling over the real tokens and an L2 norm, so
-its vectors are the numpy pass's to float32 rounding. Why a second runtime for the same
+the float32 graph's vectors are the numpy pass's to float32 rounding (the int8 one's within a
+few thousandths of cosine). Why a second runtime for the same
 arithmetic: one prompt's embedding is many small matrix products, and numpy pays for each
 temporary and call where onnxruntime runs one planned graph in one buffer arena, faster at
 every load measured (docs/evaluation.md, "The query embedding: numpy or onnxruntime").
@@ -17,9 +18,9 @@ import math
 def session(enc, threads: int = 1, int8: bool = False):
     """An onnxruntime session of `enc`'s weights (`threads` intra-op threads, as the numpy
     pass has BLAS threads), or None when onnxruntime or onnx is not installed. `int8`: its
-    dense layers' products in 8-bit integers (`linear`), about 0.4 of the float32 time for a
-    prompt, its vectors within about 0.003 cosine of the float32 ones (docs/evaluation.md,
-    "The query embedding")."""
+    dense layers' products in 8-bit integers (`linear`): about half the float32 graph's time
+    for a prompt, its vectors about 0.004 cosine from the float32 ones on average
+    (docs/evaluation.md, "The query embedding")."""
     try:
         import numpy as np
         import onnxruntime as ort
