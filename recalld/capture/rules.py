@@ -62,7 +62,7 @@ _DOUBT = re.compile(
 # Where in a file the agent is looking ("Line 32: uses python3", "src/charm.py:251 runs"): the
 # spot changes with the next edit.
 _SPOT = re.compile(r"^(?:lines? \d+(?:[-–]\d+)?|[\w./-]+\.\w+:\d+(?:-\d+)?)\b[:,]?", re.I)
-_TODO = re.compile(r"^(?:check|understand|look|read|find|search|explore|investigate|review|consider|verify|"
+_PLAN_ITEM = re.compile(r"^(?:check|understand|look|read|find|search|explore|investigate|review|consider|verify|"
                    r"confirm|test|try|run|add|create|update|implement|write|fix|make sure|ensure|figure out|"
                    r"see|determine|identify|plan|draft|decide|start|continue|move on|go through|switch|set|enable|"
                    r"disable|upgrade|change|remove|replace|handle|apply|build|install|move|rename|use|keep|convert|"
@@ -95,7 +95,7 @@ def of_the_moment(text: str, role: str = "agent") -> bool:
     t = plain(text).strip().lstrip("-*> ")
     if t.endswith(":"):  # the lead-in of a list ("the skill has three components:"), not a claim
         return True
-    if role == "reasoning" and (_TODO.search(t) or _DELIBERATES.search(t)):
+    if role == "reasoning" and (_PLAN_ITEM.search(t) or _DELIBERATES.search(t)):
         return True
     return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t))
 

@@ -74,7 +74,7 @@ def candidates(ctx, asked, hits: list) -> list:
 
 
 # The session's latest start. `+hook` keeps it on the session's index: on the hook's index,
-# which the planner prefers for its order, it walked every session start ever recorded.
+# which the planner prefers for its order, it would walk every session start ever recorded.
 SESSION_START_SQL = ("SELECT time FROM receipts WHERE session = ? AND +hook = 'session-start' "
                      "AND source = 'hook' ORDER BY id DESC LIMIT 1")
 

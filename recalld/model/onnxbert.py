@@ -4,12 +4,11 @@ step).
 
 The graph is embed.Encoder._forward op for op: embeddings + LayerNorm, post-norm layers with
 the padded keys' bias, exact-erf GELU, mean pooling over the real tokens and an L2 norm, so
-the float32 graph's vectors are the numpy pass's to float32 rounding (the int8 one's within a
-few thousandths of cosine). Why a second runtime for the same
-arithmetic: one prompt's embedding is many small matrix products, and numpy pays for each
-temporary and call where onnxruntime runs one planned graph in one buffer arena, faster at
-every load measured (docs/evaluation.md, "The query embedding: numpy or onnxruntime").
-Without onnxruntime (or onnx, which writes the graph) the numpy pass runs, as before.
+the float32 graph's vectors are the numpy pass's to float32 rounding (the int8 one's close to
+them). Why a second runtime for the same arithmetic: one prompt's embedding is many small
+matrix products, and numpy pays for each temporary and call where onnxruntime runs one planned
+graph (docs/evaluation.md, "The query embedding: numpy or onnxruntime").
+Without onnxruntime (or onnx, which writes the graph) the numpy pass runs.
 """
 
 import math
@@ -18,9 +17,8 @@ import math
 def session(enc, threads: int = 1, int8: bool = False):
     """An onnxruntime session of `enc`'s weights (`threads` intra-op threads, as the numpy
     pass has BLAS threads), or None when onnxruntime or onnx is not installed. `int8`: its
-    dense layers' products in 8-bit integers (`linear`): about half the float32 graph's time
-    for a prompt, its vectors about 0.004 cosine from the float32 ones on average
-    (docs/evaluation.md, "The query embedding")."""
+    dense layers' products in 8-bit integers (`linear`), for a faster prompt embedding at a
+    small distance from the float32 vectors (docs/evaluation.md, "The query embedding")."""
     try:
         import numpy as np
         import onnxruntime as ort
@@ -111,7 +109,8 @@ def session(enc, threads: int = 1, int8: bool = False):
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     # No arena: it would keep a backfill batch's peak (attention is batch x heads x n x n) for the
-    # daemon's life; a prompt's embedding measured as fast without it
+    # daemon's life, and a prompt's embedding does not need it (docs/evaluation.md, "The query
+    # embedding")
     opts.enable_cpu_mem_arena = False
     sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
     del model, graph, inits, nodes, data
