@@ -143,6 +143,26 @@ def test_two_statements_about_one_name_are_not_merged_when_they_say_different_th
     assert not policies.same_claim(a, b, 88)
 
 
+def test_the_same_error_at_two_turns_is_one_claim_whatever_followed_it():
+    from recalld.capture import policies
+
+    once = "`mix compile`: error: undefined function build_query/2 (expected Repo to define such a function)"
+    fixed = once + " → fix it by importing `Ecto.Query` in the context module"
+    moved = ("`mix compile`: error: undefined function build_query/2 (expected Repo to define such a function)"
+             " → the call moved to `Search.build_query/2`")
+    other = "`mix test`: error: undefined function build_query/2 (expected Repo to define such a function)"
+    started = "`pnpm dev --port 3001` → The development server is running successfully."
+    assert policies.same_claim(once, fixed, 88) and policies.same_claim(fixed, moved, 88)
+    assert not policies.same_claim(once, other.replace("build_query/2", "parse_filters/1"), 88)
+    # Two commands that both brought a server up are two facts (the port changed).
+    assert not policies.same_claim(started, "`npx next dev --port 3000` → The development server is running "
+                                            "successfully.", 88)
+    # A later pass sees the error again with its fix: a sighting of the pending draft, not a second one.
+    out = policies.screen([policies.Draft(kind="fact", text=fixed, confidence=0.9, role="error", line=40)],
+                          pending=[once])
+    assert out.kept == [] and [r for _, r in out.rejected] == ["duplicate_proposal"] and len(out.again) == 1
+
+
 def test_the_users_lower_case_sentences_are_cut_and_their_instructions_kept():
     prompt = ("read the notes for context. this is a bug, but the server coerces the values and that won't "
               "change so it causes no problems. note that most services are Python but two are Go. "

@@ -163,10 +163,23 @@ def _specifics(text: str) -> set:
     return {(a or b).lower().strip("./") for a, b in _SPECIFIC.findall(text)}
 
 
+# An error draft and a command draft join quotes with this (capture/mine.py): "`cmd`: error →
+# fix", "`cmd` → what it brought up".
+ARROW = " → "
+
+
 def same_claim(a: str, b: str, ratio: float) -> bool:
-    """Two drafts say the same thing: alike in words (>= ratio), or about the same names: they
-    share two or more, or one's single name is the other's and their words mostly overlap (the
-    same path fact said three times in three wordings in one turn)."""
+    """Two drafts say the same thing. An error or a command draft is its head, the failing
+    command and error (or the command): the same head is the same claim whatever followed it
+    (the same compile error quoted at two turns, once with its fix), and two heads are two
+    claims however alike what followed (two commands that each brought the server up). Other
+    drafts: alike in words (>= ratio), or about the same names: they share two or more, or one's
+    single name is the other's and their words mostly overlap (the same path fact said three
+    times in three wordings in one turn)."""
+    if ARROW in a or ARROW in b:
+        ha, hb = a.split(ARROW, 1)[0], b.split(ARROW, 1)[0]
+        if min(len(ha), len(hb)) >= 20:
+            return similarity(ha, hb) >= ratio
     if similarity(a, b) >= ratio:
         return True
     sa, sb = _specifics(a), _specifics(b)
