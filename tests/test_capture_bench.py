@@ -6,6 +6,7 @@ import json
 
 from recalld.bench import capture
 from recalld.capture import proposer
+from recalld.core import settings
 
 
 def _session(path, cwd, said):
@@ -46,6 +47,8 @@ def test_the_curve_reruns_the_proposer_per_setting_and_restores_it(home, project
         by_file[name] = [{"file": name, "line": 2, "statement": STRONG, "strength": 3, "keep": True},
                          {"file": name, "line": 4, "statement": WEAK, "strength": 2, "keep": True}]
     monkeypatch.setattr(capture, "CURVE", ((12, 1.5), (12, 2.5)))
+    # Two short turns: the session's budget (one draft until a turn is substantive) is not what this tests.
+    monkeypatch.setitem(settings.DEFAULTS["proposals"], "per_20_turns", 0)
     before = proposer.MAX_PER_TURN, proposer.GATE
     rows = capture.trade_off(files, by_file, projects, False)
     assert (proposer.MAX_PER_TURN, proposer.GATE) == before

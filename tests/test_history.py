@@ -59,8 +59,9 @@ def _world(tmp_path, project):
 
 def _env(home, user):
     (home).mkdir(parents=True, exist_ok=True)
-    # The model is off: these tests are model-free (ranking by cues), like a machine without one.
-    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
+    # The model is off: these tests are model-free (ranking by cues), like a machine without one;
+    # their sessions are a few short turns, which the session's budget would hold to one draft.
+    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}, "proposals": {"per_20_turns": 0}}))
     return {"HOME": str(user), "RECALLD_HOME": str(home), "CODEX_HOME": "", "CLAUDE_CONFIG_DIR": ""}
 
 

@@ -128,6 +128,10 @@ class Session:
             {"type": "tool_result", "tool_use_id": tid, "content": output, "is_error": error}]}})
 
 
+# The model ranks only when proposals.model_weight > 0 (off by default): the tests of that path ask.
+RANKS = {"proposals": {"model_weight": 1.0}}
+
+
 def _pass(path, **kw) -> "proposer.PassResult":
     kw.setdefault("runtime", False)
     return proposer.run_pass(str(path), origin="cli", **kw)
@@ -220,6 +224,70 @@ def test_a_candidate_between_the_floor_and_the_gate_is_ranked_but_not_drafted(ho
     assert d.line == said and d.confidence >= 0.5
 
 
+RULES = [
+    "We decided to keep the export job on Redis because SQS costs more than the whole cluster.",
+    "Never run `ruff --fix` in CI because it rewrites files the reviewers already approved.",
+    "The release branch must be cut from `main` only after the nightly `e2e` job is green.",
+    "Signing keys live in `ops/keys/`, never in the repository root or in `.env` files.",
+    "We decided to pin `node` 20 in CI because the 18 image lacks the `fetch` global we use.",
+    "Docs are built with `mkdocs build --strict` so that a broken link fails the pipeline.",
+    "Version numbers are set by `hatch version`, not by editing `pyproject.toml` by hand.",
+    "The PyPI upload token expires every 90 days; rotate it before the quarterly release.",
+    "Do not tag a release on Fridays, because the on-call rota has nobody on Saturdays.",
+    "Benchmarks run on the dedicated `bench-1` runner because shared runners vary by 30%.",
+]
+
+
+def test_a_session_drafts_at_the_budgets_rate_best_first_and_says_what_it_withheld(home, project, tmp_path):
+    # Five substantive turns, two rules each: 1 + (n - 1) * 12 / 20 drafts after n turns, so
+    # 1, 1, 2, 2, 3 in all; each pass keeps its best, and the receipt counts what it withheld.
+    t = Session(tmp_path / "budget.jsonl", str(project))
+    allowed, stored = [1, 1, 2, 2, 3], []
+    for n in range(5):
+        t.user(f"next part of the release checklist, part {n}")
+        t.agent("I read the workflow files. I compared them with the notes. I checked the runners. "
+                "I looked at the tags.")
+        t.agent(f"{RULES[2 * n]}\n{RULES[2 * n + 1]}", end=True)
+        res = _pass(t.path, complete_turns=True)
+        assert res.substantive == 1, res.as_dict()
+        stored += res.stored_ids
+        assert len(stored) == allowed[n], (n, res.rejections)
+        if res.rejections.get("over_budget"):
+            assert all(d.confidence >= w.confidence for d in res.kept for w, r in res.rejected if r == "over_budget")
+    c = proposal_db.connect()
+    assert proposal_db.session_use(c, "s-test") == (5, 3)  # read back from the passes: a restart keeps it
+    recs = receipts.read(c, source="proposer")
+    assert sum(r["detail"]["rejections"].get("over_budget", 0) for r in recs) == 10 - 3
+    assert all(r["detail"]["substantive"] == 1 for r in recs)
+    c.close()
+
+
+def test_without_a_budget_a_turn_drafts_what_its_slots_allow(home, project, tmp_path):
+    t = Session(tmp_path / "nobudget.jsonl", str(project))
+    t.user("the release checklist")
+    t.agent("\n".join(RULES[:4]), end=True)
+    assert len(_pass(t.path).stored_ids) == 1  # a short turn: the session's one draft
+    t2 = Session(tmp_path / "nobudget2.jsonl", str(project), session="s-other")
+    t2.user("the release checklist")
+    t2.agent("\n".join(RULES[4:8]), end=True)
+    assert len(_pass(t2.path, cfg={"proposals": {"per_20_turns": 0}}).stored_ids) == 3  # max_drafts
+
+
+def test_by_default_no_model_is_loaded_and_the_receipt_says_the_cues_ranked(home, project, tmp_path, monkeypatch):
+    from recalld.model import runtime as llm
+
+    def refuse(*a, **k):
+        raise AssertionError("the default pass must not load a model")
+
+    monkeypatch.setattr(llm, "require_runtime", refuse)
+    t = Session(tmp_path / "nomodel.jsonl", str(project))
+    t.user("why is the build red?")
+    t.agent(RULES[4], end=True)
+    res = proposer.run_pass(str(t.path), origin="cli")
+    assert res.outcome == "stored" and res.judged == 0 and res.model is None
+    assert res.model_error == "off: proposals.model_weight is 0 (cue ranking only)"
+
+
 def test_a_dense_long_turn_gets_slots_for_what_it_says(home, project, tmp_path):
     # A planning turn of ~8,000 characters with ten distinct rules: 3 slots per 5,000 characters
     # kept 6 of them; the slots now follow every 2,500 characters (at most 12).
@@ -238,7 +306,7 @@ def test_a_dense_long_turn_gets_slots_for_what_it_says(home, project, tmp_path):
     for i in range(75):
         t.agent(f"Part {i} of the notes reads the module layout and the old plan again, line by line and slowly.")
     t.agent("\n".join(f"- {r}" for r in rules), end=True)
-    res = _pass(t.path)
+    res = _pass(t.path, cfg={"proposals": {"per_20_turns": 0}})  # the slots, without the session's budget
     assert res.window_chars > 7500
     kept = [d for d in res.kept if any(d.text == r for r in rules)]
     assert len(kept) == 10, [(d.text[:40], r) for d, r in res.rejected]
@@ -313,7 +381,7 @@ def test_no_model_output_can_fail_a_pass(home, project, tmp_path):
     t.agent("The build is red because the CI image pins node 18; we decided to move CI to node 20 instead of "
             "pinning the old image.", end=True)
     model = BrokenModel()
-    res = _pass(t.path, runtime=model)
+    res = _pass(t.path, runtime=model, cfg=RANKS)
     assert res.outcome == "stored" and res.error is None and model.calls == 1
     assert res.model_error.startswith("RuntimeError") and res.judged == 0
     rec = receipts.read(proposal_db.connect(), source="proposer")[0]
@@ -427,7 +495,8 @@ def test_the_miner_reads_answers_reports_and_skips_the_harness(shared_transcript
 
 def test_without_a_model_the_pass_ranks_by_cues_and_says_why(home, shared_transcripts):
     (home).mkdir(parents=True, exist_ok=True)
-    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"}}))
+    (home / "settings.json").write_text(json.dumps({"models": {"proposer": "off"},
+                                                    "proposals": {"model_weight": 1.0}}))
     path = TRANSCRIPTS / "spotter-tool_heavy.jsonl"
     res = proposer.run_pass(str(path), origin="cli")
     assert res.outcome in ("stored", "nothing") and "disabled" in res.model_error and res.judged == 0
@@ -461,7 +530,7 @@ def _words(text: str) -> set:
 @pytest.mark.model
 def test_a_pass_over_a_real_transcript(home, runtime, shared_transcripts):
     path = TRANSCRIPTS / "spotter-subagent.jsonl"
-    res = proposer.run_pass(str(path), origin="cli", runtime=runtime)
+    res = proposer.run_pass(str(path), origin="cli", runtime=runtime, cfg=RANKS)
     assert res.outcome == "stored", res.error
     assert res.model == runtime.name and res.model_ms > 0 and res.judged > 0 and res.model_error is None
     assert res.to_line == 96 and res.turns >= 1 and res.window_chars > 30_000  # all of it, not a window
@@ -483,7 +552,7 @@ def test_a_pass_over_a_real_transcript(home, runtime, shared_transcripts):
     rec = receipts.read(c, source="proposer")
     assert len(rec) == 1 and rec[0]["uid"] == res.receipt_uid and rec[0]["detail"]["judged"] == res.judged
     calls = runtime.calls
-    again = proposer.run_pass(str(path), origin="cli", runtime=runtime)
+    again = proposer.run_pass(str(path), origin="cli", runtime=runtime, cfg=RANKS)
     assert again.outcome == "nothing" and again.window_events == 0 and runtime.calls == calls
     c.close()
 
@@ -542,7 +611,7 @@ def test_planted_secrets_reach_neither_db_nor_logs_nor_receipts(home, tmp_path, 
 
     copy3 = tmp_path / "session3.jsonl"
     plant(TRANSCRIPTS / "spotter-subagent.jsonl", copy3)
-    failed = proposer.run_pass(str(copy3), origin="cli", runtime=Leaky())
+    failed = proposer.run_pass(str(copy3), origin="cli", runtime=Leaky(), cfg=RANKS)
     assert failed.outcome in ("stored", "nothing") and "REDACTED" in failed.model_error
     assert all(v not in d.text + d.why for d in failed.drafts for v in PLANTED.values())
 

@@ -4,8 +4,8 @@
     python -m recalld.bench.capture [--data DIR] [--labels FILE] [--json] [--curve]
 
 The proposer runs the way the daemon runs it, one pass per turn (the events since the previous
-turn end; a finished session's last turn too, as `propose --history` reads it), with the real
-embedded model, in a fresh RECALLD_HOME, over two labelled sets: the shared Claude Code
+turn end; a finished session's last turn too, as `propose --history` reads it), with the
+settings' defaults, in a fresh RECALLD_HOME, over two labelled sets: the shared Claude Code
 transcripts (the shared data folder's data/transcripts/claude-code with benchmarks/capture_labels.json) and the
 real sessions of other projects committed in benchmarks/capture/ (labels.json, SOURCES.md);
 `--data/--labels` name one set instead (Claude Code, Codex or Gemini CLI transcripts with a
@@ -19,7 +19,7 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - precision: proposals matching a label marked worth keeping / proposals (target >= 0.6);
 - recall: labels of strength >= 2 matched by a proposal / such labels (target >= 0.5);
 - proposals per 20 substantive turns (a turn the user asked something in, a slash command's
-  body too, with at least SUBSTANTIVE statements; target <= 12);
+  body too, with at least mine.SUBSTANTIVE statements; target <= 12);
 - duplicates: pairs of one session's proposals that match the same label or are >= DUPLICATE
   alike (target 0);
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
@@ -30,7 +30,9 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
   document, the agent's text or reasoning, a failing command...);
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
-- both for the model's ranking and for cue ranking alone (`cues_only`);
+- the default (cue ranking) and, when the embedded model is there, the same passes with its
+  surprise in the rank (`with_model`, `proposals.model_weight` 1), with the separations per split
+  and per project (`auc_by_split`, `auc_by_project`);
 - with `--curve`, the proposer rerun at each CURVE setting (per-turn cap, score gate): the
   development projects' figures beside the held-out ones, the trade-off the default was
   chosen on (development side only).
@@ -51,7 +53,6 @@ from recalld.bench.common import Unavailable, pct, restore_home, source_root, tr
 
 MATCH = 60
 MATCH_ANYWHERE = 85
-SUBSTANTIVE = 5
 
 
 def labels_path(labels=None) -> Path:
@@ -201,28 +202,33 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
     from recalld.model import runtime as llm
     from recalld.model.errors import Unavailable as NoModel
 
+    if quick:
+        files = files[:3]
+    # The product's default ranks by cues (proposals.model_weight 0); the embedded model's
+    # ranking (weight 1) is run beside it when a model is there, to show what it would change.
+    default = _variant(files, by_file, projects, False)
     try:
         rt = llm.require_runtime("proposer", {"models": {}})
     except NoModel as e:
-        raise Unavailable(f"no proposer model: {e}") from None
-    if quick:
-        files = files[:3]
-    with_model = _variant(files, by_file, projects, rt)
-    cues_only = _variant(files, by_file, projects, False)
-    out = {"model": rt.name, "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={rt.n_threads}",
+        rt, with_model = None, {"error": f"no proposer model: {e}"}
+    if rt is not None:
+        got = _variant(files, by_file, projects, rt, model_weight=1.0)
+        with_model = {"model": rt.name, "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={rt.n_threads}",
+                      **{k: got["figures"][k] for k in ("proposals", "precision", "recall", "per_20_substantive_turns",
+                                                         "duplicates", "pass_s", "model_s_per_judged_pass",
+                                                         "sessions_per_minute", "held_out", "development", "groups",
+                                                         "auc_by_split", "auc_by_project", "model_auc")}}
+    out = {"machine": f"{os.cpu_count()} CPUs",
            "labels": sum(len(by_file.get(f.name, [])) for f in files), "transcripts": len(files),
            "fit_on": list(FIT_PROJECTS),
-           **with_model["figures"],
-           "cues_only": {k: cues_only["figures"][k] for k in ("proposals", "precision", "recall",
-                                                              "per_20_substantive_turns", "duplicates", "pass_s",
-                                                              "sessions_per_minute", "held_out", "development",
-                                                              "groups")},
-           "proposals_listed": with_model["listed"],
+           **default["figures"],
+           "with_model": with_model,
+           "proposals_listed": default["listed"],
            "targets": {"held_out precision": ">= 0.6", "held_out recall (strength >= 2)": ">= 0.5",
                        "per_20_substantive_turns": "<= 12", "duplicates": "0",
                        "ungrounded_words": "0", "failed_passes": "0", "pass_s_p50": "<= 10"}}
     if curve:
-        out["curve"] = trade_off(files, by_file, projects, rt)
+        out["curve"] = trade_off(files, by_file, projects, False)
     out["notes"] = [
         "One pass per turn, as the daemon runs it (a finished session's last turn too, as --history "
         "reads it); a fresh RECALLD_HOME per variant, so a proposal already pending suppresses a "
@@ -231,12 +237,13 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
         "strength >= 2 matched / such labels; duplicates: pairs of proposals of one session that match "
         f"the same label or are >= {DUPLICATE} alike.",
         f"held_out: the projects outside {', '.join(FIT_PROJECTS)} (no rule was read off them).",
-        "cues_only: the same passes ranked without the model (runtime=False).",
+        "The figures are the default's (cue ranking, proposals.model_weight 0); with_model: the same "
+        "passes with the embedded model's surprise added to the rank (weight 1), and its separations.",
     ]
     return out
 
 
-def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
+def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: float = 0.0) -> dict:
     from recalld.capture import mine, policies, proposer
 
     import time
@@ -248,6 +255,7 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
         try:
             results, listed, matched_labels, rejected_labels = [], [], set(), {}
             judged_pos, judged_neg, cue_pos, cue_neg = [], [], [], []
+            scored = []  # (held out, matches a label worth keeping, cue score, model term, final)
             ungrounded, model_s = 0, []
             turns_by, subst_by = {}, {}
             for f in files:
@@ -257,19 +265,21 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
                         continue
                     turns_by[f.name] = turns_by.get(f.name, 0) + 1
                     mined = mine.mine(turn)
-                    if mined.requests or any(e.kind == "prompt" and _asked(e.text) for e in turn):
-                        subst_by[f.name] = subst_by.get(f.name, 0) + (mined.statements >= SUBSTANTIVE)
+                    subst_by[f.name] = subst_by.get(f.name, 0) + min(1, mine.substantive_turns(mined))
                     res = proposer.run_pass(str(f), session=turn[0].session, events=turn, origin="bench",
+                                            cfg={"proposals": {"model_weight": model_weight}},
                                             runtime=runtime)
                     results.append(res)
                     if res.judged:
                         model_s.append(res.model_ms / 1000)
+                    held = (projects.get(f.name) or group_of(f.name)) not in FIT_PROJECTS
                     for sp in res.ranked:
                         lab = match(sp.text, {sp.line, sp.line_to or sp.line}, labels)
                         hit = lab is not None and labels[lab]["keep"]
                         (cue_pos if hit else cue_neg).append(sp.score)
                         if sp.model is not None:
                             (judged_pos if hit else judged_neg).append(sp.model)
+                        scored.append((held, hit, sp.score, sp.model, sp.final, projects.get(f.name) or group_of(f.name)))
                     for d, reason in res.rejected:
                         lab = match(d.text, {d.line, d.line_to or d.line}, labels)
                         if lab is not None:
@@ -309,6 +319,11 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
         "model_s_per_judged_pass": {"p50": _r(pct(model_s, 0.5)), "max": _r(max(model_s) if model_s else None)},
         "judged_candidates": len(judged_pos) + len(judged_neg),
         "model_auc": auc(judged_pos, judged_neg), "cue_auc": auc(cue_pos, cue_neg),
+        # The same separations per split, over the candidates the model judged, and of the final
+        # score (cue + the model's term) the pass ranks by: does the model's term earn its place?
+        "auc_by_split": {name: _aucs([x for x in scored if x[0] == want])
+                         for name, want in (("development", False), ("held_out", True))},
+        "auc_by_project": {g: _aucs([x for x in scored if x[5] == g]) for g in sorted({x[5] for x in scored})},
         "rejections_by_reason": _count(r.rejections for r in results),
     }
     groups = {}
@@ -332,14 +347,12 @@ def _variant(files: list, by_file: dict, projects: dict, runtime) -> dict:
     return {"figures": figures, "listed": listed, "matched": matched_labels, "turns_by": turns_by, "subst_by": subst_by}
 
 
-# What the harness writes into the user's turn without the user asking anything: a background
-# task's notification, a tool search's "Tool loaded.", an interruption, a local command's output.
-NOT_ASKED = ("<task-notification>", "Tool loaded.", "[Request interrupted", "<local-command", "Caveat:")
-
-
-def _asked(text) -> bool:
-    """A prompt the user gave (a slash command's body too: the user invoked it)."""
-    return bool((text or "").strip()) and not (text or "").lstrip().startswith(NOT_ASKED)
+def _aucs(scored: list) -> dict:
+    judged = [x for x in scored if x[3] is not None]
+    def sep(i, xs):
+        return auc([x[i] for x in xs if x[1]], [x[i] for x in xs if not x[1]])
+    return {"candidates": len(scored), "judged": len(judged), "cue": sep(2, scored),
+            "cue_judged": sep(2, judged), "model_judged": sep(3, judged), "final_judged": sep(4, judged)}
 
 
 def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turns_by: dict, subst_by: dict) -> dict:

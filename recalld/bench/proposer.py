@@ -1,4 +1,4 @@
-"""The proposer on the shared transcripts, with the real embedded model.
+"""The proposer on the shared transcripts, with the real embedded model ranking (what it costs when a user turns it on).
 
     recalld bench proposer [--quick] [--json]
 
@@ -30,6 +30,10 @@ def turns_of(path: Path) -> list:
     return transcripts.file_turns(str(path))  # an unfinished last turn is not passed
 
 
+# The model ranks only when asked (proposals.model_weight > 0): this benchmark measures that path.
+WITH_MODEL = {"proposals": {"model_weight": 1.0}}
+
+
 def _passes(files, per_turn: bool, runtime, examples: list) -> list:
     from recalld.capture import proposer
 
@@ -39,9 +43,9 @@ def _passes(files, per_turn: bool, runtime, examples: list) -> list:
             for turn in turns_of(f):
                 if turn:
                     results.append(proposer.run_pass(str(f), session=turn[0].session, events=turn,
-                                                     origin="bench", runtime=runtime))
+                                                     origin="bench", runtime=runtime, cfg=WITH_MODEL))
         else:
-            results.append(proposer.run_pass(str(f), origin="bench", runtime=runtime))
+            results.append(proposer.run_pass(str(f), origin="bench", runtime=runtime, cfg=WITH_MODEL))
         for res in results:
             for d, reason in res.rejected:
                 if len(examples) < 12 and d.text and all(e["text"] != d.text for e in examples):
@@ -114,8 +118,9 @@ def _measure(files, tmp: Path, quick: bool) -> dict:
         "secrets_leaked": sum(leaked.values()), "leaks": leaked,
         "examples": examples,
         "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={runtime.n_threads}",
-        "notes": ["Drafts come from the 135M embedded model; the policies, not the model, keep junk "
-                  "and secrets out of the store (docs/capture.md)."],
+        "notes": ["The passes rank with the embedded model (proposals.model_weight 1; the default ranks by "
+                  "cues and loads no model): what the model costs when a user turns it on. The policies, "
+                  "not the model, keep junk and secrets out of the store (docs/capture.md)."],
     }
 
 

@@ -45,6 +45,16 @@ DELEGATE_TOOLS = ("task", "agent", "delegate", "spawn_agent")
 # notice to the agent ("Async agent launched ... do not mention to user"), not a report.
 HARNESS_REPORTS = ("Async agent launched",)
 
+# What the harness writes into the user's turn without the user asking anything: a background
+# task's notification, a tool search's "Tool loaded.", an interruption, a local command's
+# output. Anything else the user's turn holds was asked (a slash command's body too: the user
+# invoked it).
+NOT_ASKED = ("<task-notification>", "Tool loaded.", "[Request interrupted", "<local-command", "Caveat:")
+# A turn is substantive when the user asked something and the turn said at least this many
+# statements: the unit of the session's proposal budget (proposer._room) and of the rate
+# `recalld bench capture` reports ("Ok", "thanks" and a lone tool call earn nothing).
+SUBSTANTIVE = 5
+
 # A user message longer than this is a paste: a person types a few paragraphs in a chat turn;
 # pages come from a file (a decision record, a prompt template's body).
 PASTE_CHARS = 3_000
@@ -81,6 +91,14 @@ class Mined:
     text: str = ""  # everything the turn said (redacted): what a draft must be grounded in
     redactions: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
+    asked: int = 0  # prompts the user gave (NOT_ASKED aside), slash commands included
+
+
+def substantive_turns(m: Mined) -> int:
+    """The turns of `m` that count for the proposal budget: one per prompt the user gave, at
+    most one per SUBSTANTIVE statements said (a pass is usually one turn; `propose --transcript`
+    reads many at once)."""
+    return min(m.asked, m.statements // SUBSTANTIVE)
 
 
 def _first_error_line(text: str) -> str:
@@ -162,6 +180,7 @@ def mine(events: list) -> Mined:
         if not t:
             continue
         if ev.kind == "prompt":
+            m.asked += not t.startswith(NOT_ASKED)
             if t.startswith(HARNESS_PROMPTS):
                 continue
             t = red(t)

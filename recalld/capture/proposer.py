@@ -2,12 +2,13 @@
 
 Candidates come from what was said, not from what a model writes (recalld/capture/mine.py):
 every statement of the turn is read and scored by cue features and structure (error -> fix).
-The small local model (the shared runtime, role "proposer") then judges the best candidates of
-each chunk of the turn by likelihood: how surprising each statement is to it (boilerplate and
-progress reports are predictable, decisions and project facts are not). Nothing is generated,
-so no model output can be malformed or truncated, and no draft holds a word the turn did not say. Policies redact and screen the
-drafts (grounding, narration, near-duplicates of memories and pending proposals by rapidfuzz);
-survivors are stored as pending proposals, each with the transcript line (and uuid) it was
+The best candidates of each chunk of the turn are ranked by their cues (a model's surprise can
+join the ranking with `proposals.model_weight`; see MODEL_CLAMP below for why it is off by
+default). Nothing is generated, so no model output can be malformed or truncated, and no
+draft holds a word the turn did not say. Policies redact and screen the drafts (grounding,
+narration, near-duplicates of memories and pending proposals by rapidfuzz), and the session's
+budget (`proposals.per_20_turns`) keeps the best of them; survivors are stored as pending
+proposals, each with the transcript line (and uuid) it was
 said on, for the agent to approve, edit or reject. One receipt per pass, whatever happens:
 what it read, drafted, rejected and why.
 
@@ -46,24 +47,23 @@ SLOT_CHARS = 2_500
 # The model's share of a pass is bounded: at most MAX_JUDGED candidates, and no new one once
 # `proposals.timeout_s` has passed (the rest keep their cue ranking; the receipt says so).
 MAX_JUDGED = 32
-# The model's judgement is a likelihood: how surprising a statement is to it, in nats per token
-# after a neutral "Notes:" (boilerplate, praise and progress reports are predictable; decisions,
-# names, versions and causes are not), as a distance from SURPRISE_CENTER in SURPRISE_SCALE
-# units (the mean and standard deviation over every statement of the shared transcripts),
-# clamped to +-MODEL_CLAMP. The cues decide what may be mined; cue score + MODEL_WEIGHT * the
-# model's term (the final score) decides the order in which candidates take the pass's limited
-# slots and, against GATE below, what is drafted at all. Measured on the shared transcripts
-# (docs/evaluation.md, "Capture"): among the candidates it judged,
-# the surprise separated labelled statements from the rest better than the cue score did (AUC
-# 0.62 vs 0.43); asked "Keep this note? Yes/No" the 135M model ranked the statements worse than
-# chance (AUC 0.31 to 0.45 depending on the prompt, against 0.56 for the surprise), so it is not asked.
-MODEL_WEIGHT = 1.0
+# A model may rank the candidates (`proposals.model_weight` > 0; off by default): how surprising
+# a statement is to it, in nats per token after a neutral "Notes:" (boilerplate and progress
+# reports are predictable; decisions, names, versions and causes are not), as a distance from
+# SURPRISE_CENTER in SURPRISE_SCALE units (the mean and standard deviation over every statement
+# of the shared transcripts), clamped to +-MODEL_CLAMP, added to the cue score with that weight.
+# It is off because, over the ten projects outside the transcripts those two constants came
+# from, the embedded 135M model's surprise told the statements worth keeping from the rest at
+# chance (AUC 0.49 over 174 candidates, the cue score 0.67; `recalld bench capture`,
+# auc_by_project): a term that separates nothing only moves good drafts out of a session's
+# budget. Asked "Keep this note? Yes/No" the same model ranked worse than chance, so no model
+# is asked that either.
 MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
 SURPRISE_SCALE = 1.1
-# What the pass is surest of: a draft's confidence is a logistic of its final score (cue +
-# the model's term) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
+# What the pass is surest of: a draft's confidence is a logistic of its final score (the cue
+# score, plus the model's term when one ranks) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
 # and a pass keeps at most MAX_PER_TURN of those, best first (the slots below bind first).
 # Chosen on the development projects alone (`python -m recalld.bench.capture --curve`): the
 # fewest proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5:
@@ -90,6 +90,7 @@ class PassResult:
     turns: int = 0  # user requests read
     boundaries: int = 0
     statements: int = 0  # statements the turn was cut into
+    substantive: int = 0  # turns that count for the session's budget (mine.substantive_turns)
     candidates: int = 0  # statements with a cue above the floor
     judged: int = 0  # candidates the model judged
     chunks: int = 0
@@ -120,7 +121,8 @@ class PassResult:
         return {
             "source": self.source, "session": self.session, "outcome": self.outcome,
             "from_line": self.from_line, "to_line": self.to_line, "window_chars": self.window_chars,
-            "window_events": self.window_events, "turns": self.turns, "boundaries": self.boundaries,
+            "window_events": self.window_events, "turns": self.turns, "substantive": self.substantive,
+            "boundaries": self.boundaries,
             "statements": self.statements, "candidates": self.candidates, "judged": self.judged,
             "chunks": self.chunks,
             "drafts": [d.as_dict() for d in self.drafts],
@@ -227,7 +229,8 @@ def _fill_receipt(r: dict, res: PassResult) -> None:
     # What the pass read, drafted, rejected and why; lines, counts and reasons, never text.
     r["detail"].update({
         "from_line": res.from_line, "to_line": res.to_line, "window_chars": res.window_chars,
-        "window_events": res.window_events, "turns": res.turns, "boundaries": res.boundaries,
+        "window_events": res.window_events, "turns": res.turns, "substantive": res.substantive,
+        "boundaries": res.boundaries,
         "statements": res.statements, "mined": res.candidates, "judged": res.judged, "chunks": res.chunks,
         "drafts": len(res.drafts), "rejections": res.rejections, "redactions": res.redactions,
         "draft_lines": [d.line for d in res.drafts], "model": res.model, "model_ms": round(res.model_ms, 1),
@@ -281,13 +284,15 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     res.redactions = dict(mined.redactions)
     project, agent = _scope_of(events, boundaries)
     res.project, res.agent = project, agent
+    # Without a transcript the user's prompts are not seen: each stop-hook boundary is a turn.
+    res.substantive = mine.substantive_turns(mined) if transcript else len(boundaries)
 
     def consume(kept: list, again=()) -> None:
         _fill_receipt(r, res)
         res.stored_ids = proposal_db.store_pass(
             conn, r, session=res.session, source=res.source, from_line=res.from_line, to_line=res.to_line,
             boundary_id=boundary_id, window_chars=res.window_chars, drafts=kept, project=project or "",
-            agent=agent, model=res.model, again=again)
+            agent=agent, model=res.model, again=again, turns=res.substantive)
         r["_stored"] = True
 
     if not mined.spans:
@@ -307,6 +312,11 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
                                window=mined.text, cfg={**pc, "max_drafts": limit})
     res.rejected = screened.rejected
+    room = _room(conn, res, pc)
+    if room is not None and len(screened.kept) > room:
+        # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
+        res.rejected += [(d, "over_budget") for d in screened.kept[room:]]
+        screened.kept = screened.kept[:room]
     red = Counter(res.redactions)
     red.update(screened.redactions)
     res.redactions = dict(red)
@@ -346,6 +356,21 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
     return out
 
 
+def _room(conn, res: PassResult, pc: dict) -> "int | None":
+    """How many drafts the session may still take (None: no budget, or no session to count
+    against). After n
+    substantive turns a session may have drafted 1 + (n - 1) * per_20_turns / 20, rounded down:
+    the rate a reviewer can keep up with (12 per 20 turns) by construction, not by a fitted
+    gate. Any session may draft its one best statement, a short one too; unspent room carries
+    over, so a rich turn after quiet ones may use it."""
+    rate = float(pc.get("per_20_turns") or 0) / 20
+    if not res.session or rate <= 0:
+        return None
+    turns, drafted = proposal_db.session_use(conn, res.session)
+    n = turns + res.substantive
+    return max(0, 1 + math.floor(rate * max(0, n - 1) + 1e-9) - drafted)
+
+
 def _slots(mined, pc: dict) -> int:
     # A pasted document (mine.PASTE_CHARS) buys no slots: pages of a decision record are not a
     # conversation that said that much.
@@ -373,7 +398,12 @@ def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
     chosen = []
     for c in range(res.chunks):
         chosen.extend(sorted((sp for sp in spans if sp.chunk == c), key=lambda sp: -sp.score)[:k])
-    rt = _runtime(res, cfg, runtime)
+    weight = float(pc.get("model_weight") or 0.0)
+    if weight > 0:
+        rt = _runtime(res, cfg, runtime)
+    else:
+        rt, res.model_error = None, ("not asked for (cue ranking only)" if runtime is False else
+                                     "off: proposals.model_weight is 0 (cue ranking only)")
     t0 = time.perf_counter()
     budget_s = float(pc.get("timeout_s") or 60)
     by_cue = {id(sp): n for n, sp in enumerate(sorted(chosen, key=lambda sp: -sp.score))}
@@ -391,7 +421,7 @@ def _rank(mined, res: PassResult, pc: dict, cfg, runtime) -> list:
                 res.model_error = _error_code(e)
                 rt = None
         m = 0.0 if sp.model is None else max(-MODEL_CLAMP, min(MODEL_CLAMP, sp.model))
-        sp.final = sp.score + MODEL_WEIGHT * m
+        sp.final = sp.score + weight * m
     res.model_ms = (time.perf_counter() - t0) * 1000 if res.judged else 0.0
     return sorted(chosen, key=lambda sp: (-sp.final, sp.line))
 

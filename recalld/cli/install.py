@@ -368,7 +368,9 @@ def _print_doctor(rep: dict) -> None:
                 isinstance(v, dict) and "role" in v for v in m["status"].values()):
             for role, c in m["status"].items():
                 click.echo(f"model {role}: " + (f"{c['path']} ({c['source']}, {c['size']} bytes)"
-                                                if c.get("available") else f"none ({c.get('reason')})"))
+                                                if c.get("available") else f"none ({c.get('reason')})")
+                           + ("; not used: proposals.model_weight is 0, capture ranks by its cues"
+                              if c.get("used") is False else ""))
         elif name == "daemon" and isinstance(m.get("status"), dict) and "running" in m["status"]:
             d = m["status"]
             serving = d["running"] and ((d.get("last_status") or {}).get("hooks") or {}).get("listening")

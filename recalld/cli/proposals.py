@@ -338,9 +338,14 @@ def print_history(summary: dict) -> None:
 
 
 def _history_runtime(cfg):
-    """The proposer's model, loaded once for the whole run; False (cues alone) when there is none."""
+    """The proposer's model, loaded once for the whole run; False (cues alone) when there is none
+    or none ranks (`proposals.model_weight` 0, the default)."""
+    from recalld.capture import proposer
     from recalld.model import runtime as llm
     from recalld.model.errors import Unavailable
+
+    if float(proposer.pass_config(cfg).get("model_weight") or 0) <= 0:
+        return False
 
     try:
         return llm.require_runtime("proposer", cfg)

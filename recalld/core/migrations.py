@@ -501,4 +501,14 @@ CREATE TRIGGER proposal_sightings_append_only_u BEFORE UPDATE ON proposal_sighti
 CREATE TRIGGER proposal_sightings_append_only_d BEFORE DELETE ON proposal_sightings BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """,
     ),
+    (
+        10,
+        "capture: each pass records the substantive turns it read (the session's proposal budget)",
+        """
+-- A session may be proposed from at the rate `proposals.per_20_turns` of its substantive turns
+-- (proposer._room): what a pass read is kept with the pass, so the budget is a sum over the
+-- session's passes and survives a restart of the daemon.
+ALTER TABLE proposal_passes ADD COLUMN turns INTEGER NOT NULL DEFAULT 0;
+""",
+    ),
 ]

@@ -124,27 +124,37 @@ def pending_for_session(conn: sqlite3.Connection, session: str, limit: int = 20)
         (session, limit))]
 
 
+def session_use(conn: sqlite3.Connection, session: str) -> "tuple[int, int]":
+    """(substantive turns the session's passes read, proposals drafted from the session): what
+    the session's proposal budget is worked out from. Decided proposals count: they were shown."""
+    turns = conn.execute("SELECT coalesce(sum(turns), 0) FROM proposal_passes WHERE session = ?",
+                         (session,)).fetchone()[0]
+    drafted = conn.execute("SELECT count(*) FROM proposals WHERE session = ?", (session,)).fetchone()[0]
+    return int(turns), int(drafted)
+
+
 # --- writing drafts -----------------------------------------------------------------------
 
 
 def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_line: int, to_line: int,
                boundary_id, window_chars: int, drafts: list, project: str, agent: str,
-               model: "str | None", again: "list | tuple" = ()) -> list[int]:
+               model: "str | None", again: "list | tuple" = (), turns: int = 0) -> list[int]:
     """One transaction: the pass (which advances the cursor), its surviving drafts as pending
     proposals, the pass's receipt, and `again`: (proposal id, draft, reword) for each draft
     that says what a pending proposal of an earlier pass says. Each is kept as a sighting of
     that proposal (its line, uuid and wording); with `reword` (the later wording is the better
     one) an 'edited' event by the proposer carries it, while nobody has touched the proposal
-    yet. Returns the new proposal ids."""
+    yet. `turns`: the substantive turns the pass read (the session's budget, `session_use`).
+    Returns the new proposal ids."""
     now = receipts.now_iso()
     conn.execute("BEGIN IMMEDIATE")
     try:
         cur = conn.execute(
             """INSERT INTO proposal_passes (time, session, source, from_line, to_line, boundary_id,
-                                            window_chars, drafts, stored, receipt_uid)
-               VALUES (?,?,?,?,?,?,?,?,?,?)""",
+                                            window_chars, drafts, stored, receipt_uid, turns)
+               VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
             (now, session, source, from_line, to_line, boundary_id, window_chars,
-             int(r.get("candidates") or 0), len(drafts), r["uid"]))
+             int(r.get("candidates") or 0), len(drafts), r["uid"], int(turns)))
         pass_id = cur.lastrowid
         ids = []
         for d in drafts:

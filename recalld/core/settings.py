@@ -107,6 +107,12 @@ SETTINGS = (
             'Whether turn boundaries propose memories and hooks show the drafts (docs/capture.md).'),
     Setting('proposals.max_drafts', 3, 'int', 0, 20,
             'Draft slots a capture pass has for every 2,500 characters said (at most 12).'),
+    Setting('proposals.per_20_turns', 12, 'int', 0, 1000,
+            "A session's drafts per 20 substantive turns at most (any session may draft one); 0 sets "
+            "no budget."),
+    Setting('proposals.model_weight', 0.0, 'number', 0, 10,
+            "How far the proposer model's surprise moves a candidate's rank; 0 ranks by the cues alone "
+            "and loads no model (docs/capture.md, \"Ranking\")."),
     Setting('proposals.min_chars', 40, 'int', 0, AGENT_OUTPUT_CAP,
             'The shortest draft kept, in characters.'),
     Setting('proposals.min_words', 6, 'int', 0, 1000,

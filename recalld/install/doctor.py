@@ -246,7 +246,14 @@ def models() -> dict:
     try:
         llm = importlib.import_module("recalld.model.resolve")
         if callable(getattr(llm, "resolve", None)) and getattr(llm, "ROLES", None):
-            return {"available": True, "status": {r: llm.resolve(r).as_dict() for r in llm.ROLES}}
+            status = {r: llm.resolve(r).as_dict() for r in llm.ROLES}
+            if "proposer" in status:
+                from recalld.core import settings
+
+                # Capture ranks by its cues unless a weight asks for the model (capture/proposer.py).
+                weight = float(((settings.load().get("proposals") or {}).get("model_weight")) or 0)
+                status["proposer"]["used"] = weight > 0
+            return {"available": True, "status": status}
     except Exception as e:
         return {"available": True, "error": f"{type(e).__name__}: {e}"}
     return optional_module("model.resolve", ("status",))
