@@ -315,8 +315,11 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     room = _room(conn, res, pc)
     if room is not None and len(screened.kept) > room:
         # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
-        res.rejected += [(d, "over_budget") for d in screened.kept[room:]]
-        screened.kept = screened.kept[:room]
+        # What the agent only thought takes room after what it said: on the development projects
+        # its reasoning's drafts were 5 good of 12, its text's 28 of 42 (docs/evaluation.md).
+        order = sorted(screened.kept, key=lambda d: (d.role == "reasoning", -(d.confidence or 0)))
+        res.rejected += [(d, "over_budget") for d in order[room:]]
+        screened.kept = order[:room]
     red = Counter(res.redactions)
     red.update(screened.redactions)
     res.redactions = dict(red)
