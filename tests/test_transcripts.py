@@ -244,6 +244,26 @@ def test_codex_legacy_bare_items(tmp_path):
     assert {e.session for e in evs} == {SESSION}
 
 
+def test_a_command_failing_under_codexs_sandbox_is_an_error_with_its_own_output(tmp_path):
+    # As Codex 0.5x writes it (openprintkit's session in benchmarks/capture/, line 113).
+    out = ("failed in sandbox LinuxSeccomp with execution error: sandbox denied exec error, exit code: 2, "
+           "stdout: \n==== ERRORS ====\nImportError while importing test module 'tests/test_bundle.py'.\n"
+           "E   ModuleNotFoundError: No module named 'opk', stderr: ")
+    lines = [{"id": SESSION, "timestamp": "2025-05-01T10:00:00Z", "instructions": ""},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the tests"}]},
+             {"type": "function_call", "name": "shell", "arguments": '{"command": ["pytest", "-q"]}', "call_id": "c1"},
+             {"type": "function_call_output", "call_id": "c1", "output": out},
+             {"type": "function_call", "name": "shell", "arguments": '{"command": ["ls"]}', "call_id": "c2"},
+             {"type": "function_call_output", "call_id": "c2",
+              "output": "failed in sandbox LinuxSeccomp with execution error: exit code: 0, stdout: a.py, stderr: "}]
+    p = tmp_path / f"rollout-2025-05-01T10-00-00-{SESSION}.jsonl"
+    p.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    failed, ok = [e for e in T.parse_file(p) if e.kind == "tool_result"]
+    assert failed.is_error and failed.text.startswith("\n==== ERRORS") and "No module named 'opk'" in failed.text
+    assert "sandbox" not in failed.text
+    assert not ok.is_error and ok.text.startswith("a.py")
+
+
 def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path, shared_transcripts):
     lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines()
     line = next(ln for ln in lines if T.parse_line(ln, T.new_state(tmp_path / "s.jsonl")))

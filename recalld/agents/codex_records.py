@@ -36,8 +36,26 @@ def _parts_text(content) -> str:
     return "\n".join(o for o in out if o)
 
 
+# A command that exits non-zero under Codex's sandbox comes back as one line of the harness's
+# before its output: "failed in sandbox LinuxSeccomp with execution error: sandbox denied exec
+# error, exit code: 2, stdout: ..., stderr: ...". The command failed (whatever the sandbox had
+# to do with it); what it printed is the output.
+SANDBOX_FAILED = "failed in sandbox "
+
+
+def _sandbox_failure(text: str) -> "tuple[str, bool] | None":
+    """(the command's own output, failed) for a sandbox failure line, else None."""
+    if not text.startswith(SANDBOX_FAILED):
+        return None
+    head, sep, rest = text.partition(", stdout: ")
+    code = head.rpartition("exit code: ")[2].strip()
+    failed = not (code.lstrip("-").isdigit() and int(code) == 0)
+    return (rest if sep else text), failed
+
+
 def _output(raw) -> tuple:
-    """function_call_output.output: plain text, or JSON {"output", "metadata": {"exit_code"}}."""
+    """function_call_output.output: plain text (a sandbox's failure line too), or JSON
+    {"output", "metadata": {"exit_code"}}."""
     if isinstance(raw, dict):
         data = raw
     else:
@@ -49,7 +67,7 @@ def _output(raw) -> tuple:
             except ValueError:
                 data = None
         if not isinstance(data, dict):
-            return text, exit_code_error(text)
+            return _sandbox_failure(text) or (text, exit_code_error(text))
     text = _str(data.get("output")) or _str(data.get("content")) or jsonio.dumps(data)[:MAX_TEXT]
     meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     code = meta.get("exit_code", data.get("exit_code"))
