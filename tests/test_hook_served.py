@@ -431,6 +431,10 @@ def test_a_served_run_loads_no_module_beyond_its_client(server, project):
     assert res.returncode == 0 and len(lines) == 1, res.stderr.decode()
     extra = set(lines[0].split()[1:]) - set(bare)
     assert extra == {"gc", "posix", "_socket", "recalld", "recalld.hook", "recalld.hook.served"} - set(bare), extra
+    for _ in range(500):  # the daemon answers first and writes the receipt after (as `run` waits)
+        if _count("mods"):
+            break
+        time.sleep(0.01)
     assert last("mods")[0]["detail"]["served"] == "daemon"
 
 
