@@ -8,9 +8,8 @@ default). Nothing is generated, so no model output can be malformed or truncated
 draft holds a word the turn did not say. Policies redact and screen the drafts (grounding,
 narration, near-duplicates of memories and pending proposals by rapidfuzz), and the session's
 budget (`proposals.per_20_turns`) keeps the best of them; survivors are stored as pending
-proposals, each with the transcript line (and uuid) it was
-said on, for the agent to approve, edit or reject. One receipt per pass, whatever happens:
-what it read, drafted, rejected and why.
+proposals, each with the transcript line (and uuid) it was said on, for the agent to approve,
+edit or reject. One receipt per pass, whatever happens: what it read, drafted, rejected and why.
 
 This module cannot write a memory: it imports nothing that does (no recalld.memories, no
 recalld.capture.decide), and its database handle (proposal_db.connect) has an authorizer that
@@ -54,8 +53,8 @@ MAX_JUDGED = 32
 # of the shared transcripts), clamped to +-MODEL_CLAMP, added to the cue score with that weight.
 # It is off because, over the ten projects outside the transcripts those two constants came
 # from, the embedded 135M model's surprise told the statements worth keeping from the rest at
-# chance (AUC 0.49 over 174 candidates, the cue score 0.67; `recalld bench capture`,
-# auc_by_project): a term that separates nothing only moves good drafts out of a session's
+# chance (AUC per project below 0.5 in 7 of the 10; 0.49 weighted by their 174 candidates,
+# the cue score 0.67; `recalld bench capture`, with_model.auc_by_project): a term that separates nothing only moves good drafts out of a session's
 # budget. Asked "Keep this note? Yes/No" the same model ranked worse than chance, so no model
 # is asked that either.
 MODEL_CLAMP = 2.0
@@ -63,13 +62,13 @@ SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
 SURPRISE_SCALE = 1.1
 # What the pass is surest of: a draft's confidence is a logistic of its final score (the cue
-# score, plus the model's term when one ranks) around GATE, so `min_confidence` 0.5 drafts only what scores GATE or more,
-# and a pass keeps at most MAX_PER_TURN of those, best first (the slots below bind first).
-# Chosen on the development projects alone (`python -m recalld.bench.capture --curve`): the
-# fewest proposals that keep their recall of strength >= 2 statements at 0.5 (gate 1.5 -> 2.5:
-# 50 -> 39 proposals, precision 0.88 -> 0.90, recall 0.58 -> 0.50); a per-turn cap below the
-# slots only cost recall there. Between the floor and the gate sit one-cue statements ("The project
-# already has `igniter` as a dependency"): mined, ranked, and left out as low_confidence.
+# score, plus the model's term when one ranks) around GATE, so `min_confidence` 0.5 drafts
+# only what scores GATE or more, and a pass keeps at most MAX_PER_TURN of those, best first (the
+# slots and the session's budget bind first). Chosen on the development projects alone
+# (`python -m recalld.bench.capture --curve`) as the fewest proposals that kept recall there;
+# under the session's budget it barely matters. Between the floor and the gate sit one-cue
+# statements ("The project already has `igniter` as a dependency"): mined, ranked, and left out
+# as low_confidence.
 GATE = 2.5
 MAX_PER_TURN = 12
 SCORE_TIMEOUT_S = 10.0
@@ -361,11 +360,10 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
 
 def _room(conn, res: PassResult, pc: dict) -> "int | None":
     """How many drafts the session may still take (None: no budget, or no session to count
-    against). After n
-    substantive turns a session may have drafted 1 + (n - 1) * per_20_turns / 20, rounded down:
-    the rate a reviewer can keep up with (12 per 20 turns) by construction, not by a fitted
-    gate. Any session may draft its one best statement, a short one too; unspent room carries
-    over, so a rich turn after quiet ones may use it."""
+    against). After n substantive turns a session may have drafted 1 + (n - 1) * per_20_turns /
+    20, rounded down: the rate a reviewer can keep up with (12 per 20 turns) by construction,
+    not by a fitted gate. Any session may draft its one best statement, a short one too; unspent
+    room carries over, so a rich turn after quiet ones may use it."""
     rate = float(pc.get("per_20_turns") or 0) / 20
     if not res.session or rate <= 0:
         return None
