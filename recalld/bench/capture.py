@@ -25,9 +25,11 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
 - failed passes: outcome error or timeout (must be 0);
 - every figure per source project (`groups`), over the projects outside FIT_PROJECTS
-  (`held_out`: the figures that count, no rule was read off those transcripts) and over those in
-  it (`development`), with proposals and good ones per source (`by_role`: the user, a pasted
-  document, the agent's text or reasoning, a failing command...);
+  (`held_out`: the figures that count, no rule was read off those transcripts), over the
+  sessions labelled blind after the last change to capture (`fresh`, held out too: no decision
+  saw their figures) and over the projects in it (`development`), with proposals and good ones
+  per source (`by_role`: the user, a pasted document, the agent's text or reasoning, a failing
+  command...);
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
 - the default (cue ranking) and, when the embedded model is there, the same passes with its
@@ -99,6 +101,9 @@ def _spec(path: Path) -> dict:
     files = [t["file"] for t in spec.get("transcripts") or []] or list(spec.get("read") or [])
     spec["files"] = files
     spec["projects"] = {f: projects.get(f) or group_of(f) for f in files}
+    # Sessions labelled blind after the last change to capture ("split": "fresh"): held out too,
+    # and reported on their own, since no decision was taken with their figures in sight.
+    spec["fresh"] = {t["file"] for t in spec.get("transcripts") or [] if t.get("split") == "fresh"}
     for lab in spec["labels"]:
         lab.setdefault("strength", 2)
         lab.setdefault("keep", True)
@@ -189,7 +194,7 @@ def trade_off(files: list, by_file: dict, projects: dict, runtime) -> list:
 
 
 def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dict:
-    files, by_file, projects = [], {}, {}
+    files, by_file, projects, fresh = [], {}, {}, set()
     for tdir, spec in datasets(data, labels):
         names = spec["files"] or sorted(p.name for p in tdir.glob("*.jsonl"))
         missing = [n for n in names if not (tdir / n).exists()]
@@ -197,6 +202,7 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
             raise Unavailable(f"labelled transcripts not found in {tdir}: {', '.join(missing[:3])}")
         files.extend(tdir / n for n in names)
         projects.update({n: spec["projects"].get(n) or group_of(n) for n in names})
+        fresh |= spec.get("fresh") or set()
         for lab in spec["labels"]:
             by_file.setdefault(lab["file"], []).append(lab)
     from recalld.model import runtime as llm
@@ -206,17 +212,17 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
         files = files[:3]
     # The product's default ranks by cues (proposals.model_weight 0); the embedded model's
     # ranking (weight 1) is run beside it when a model is there, to show what it would change.
-    default = _variant(files, by_file, projects, False)
+    default = _variant(files, by_file, projects, False, fresh=fresh)
     try:
         rt = llm.require_runtime("proposer", {"models": {}})
     except NoModel as e:
         rt, with_model = None, {"error": f"no proposer model: {e}"}
     if rt is not None:
-        got = _variant(files, by_file, projects, rt, model_weight=1.0)
+        got = _variant(files, by_file, projects, rt, model_weight=1.0, fresh=fresh)
         with_model = {"model": rt.name, "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={rt.n_threads}",
                       **{k: got["figures"][k] for k in ("proposals", "precision", "recall", "per_20_substantive_turns",
                                                          "duplicates", "pass_s", "model_s_per_judged_pass",
-                                                         "sessions_per_minute", "held_out", "development", "groups",
+                                                         "sessions_per_minute", "held_out", "fresh", "development", "groups",
                                                          "auc_by_split", "auc_by_project", "model_auc")}}
     out = {"machine": f"{os.cpu_count()} CPUs",
            "labels": sum(len(by_file.get(f.name, [])) for f in files), "transcripts": len(files),
@@ -243,7 +249,7 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
     return out
 
 
-def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: float = 0.0) -> dict:
+def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: float = 0.0, fresh=()) -> dict:
     from recalld.capture import mine, policies, proposer
 
     import time
@@ -334,6 +340,9 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
     held = [f for f in files if (projects.get(f.name) or group_of(f.name)) not in FIT_PROJECTS]
     figures["held_out"] = _figures(held, by_file, [x for x in listed if x["project"] not in FIT_PROJECTS],
                                    matched_labels, turns_by, subst_by) if held else None
+    new = [f for f in files if f.name in fresh]
+    figures["fresh"] = _figures(new, by_file, [x for x in listed if x["file"] in fresh], matched_labels,
+                                turns_by, subst_by) if new else None
     dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
     figures["development"] = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS],
                                       matched_labels, turns_by, subst_by) if dev else None
