@@ -219,11 +219,11 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
         rt, with_model = None, {"error": f"no proposer model: {e}"}
     if rt is not None:
         got = _variant(files, by_file, projects, rt, model_weight=1.0, fresh=fresh)
+        keys = ("proposals", "precision", "recall", "per_20_substantive_turns", "duplicates", "pass_s",
+                "model_s_per_judged_pass", "sessions_per_minute", "held_out", "fresh", "development", "groups",
+                "auc_by_split", "auc_by_project", "model_auc")
         with_model = {"model": rt.name, "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={rt.n_threads}",
-                      **{k: got["figures"][k] for k in ("proposals", "precision", "recall", "per_20_substantive_turns",
-                                                         "duplicates", "pass_s", "model_s_per_judged_pass",
-                                                         "sessions_per_minute", "held_out", "fresh", "development", "groups",
-                                                         "auc_by_split", "auc_by_project", "model_auc")}}
+                      **{k: got["figures"][k] for k in keys}}
     out = {"machine": f"{os.cpu_count()} CPUs",
            "labels": sum(len(by_file.get(f.name, [])) for f in files), "transcripts": len(files),
            "fit_on": list(FIT_PROJECTS),

@@ -54,9 +54,9 @@ MAX_JUDGED = 32
 # It is off because, over the ten projects outside the transcripts those two constants came
 # from, the embedded 135M model's surprise told the statements worth keeping from the rest at
 # chance (AUC per project below 0.5 in 7 of the 10; 0.49 weighted by their 174 candidates,
-# the cue score 0.67; `recalld bench capture`, with_model.auc_by_project): a term that separates nothing only moves good drafts out of a session's
-# budget. Asked "Keep this note? Yes/No" the same model ranked worse than chance, so no model
-# is asked that either.
+# the cue score 0.67; `recalld bench capture`, with_model.auc_by_project): a term that
+# separates nothing only moves good drafts out of a session's budget. Asked "Keep this note?
+# Yes/No" the same model ranked worse than chance, so no model is asked that either.
 MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
