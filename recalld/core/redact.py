@@ -45,7 +45,7 @@ _PROSE_STOP = (
     "his her one two no yes true false null none nil undefined available unavailable visible hidden leaked "
     "exposed compromised rotated revoked safe unsafe secret private public shared random unique static new old "
     "default plain plaintext cleartext simple see read sent given part like something anything nothing "
-    "whatever more less enough").split()
+    "whatever more less enough absent present gone ignored used reused").split()
 _WORD_END = r"(?![\w@#$%^&*+=/\\~\-])"
 _PROSE_WORD = (r"(?!\$)(?!(?:" + "|".join(sorted(set(_PROSE_STOP), key=len, reverse=True)) + ")" + _WORD_END + ")"
                r"(?![a-z]+(?:ed|ing|ly|able|ible|er|ive|ous|ful|less|al)" + _WORD_END + ")"

@@ -92,6 +92,8 @@ ORDINARY = [
     "The password is too short, the token is 128 bytes long, the secret is to cache the index.",
     "Your password is incorrect: the password for staging is kept in the vault.",
     "The access token is refreshed every hour and the password was rotated last week.",
+    # A Codex agent's reasoning (a public session): the state of a password, not one.
+    "It logs in even when the password is absent; if the password is present, it is used.",
     "Run mysql -u root -p shop and type the password when asked; mysql -h db -P 3306 -p app.",
     "sort -u names.txt; docker run -u 1000:1000 img; git push -u origin main; python -u run.py",
     "ssh -p 2222 admin@host and scp -P 2222 file host: both use the non-default port.",
