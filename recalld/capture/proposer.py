@@ -51,12 +51,10 @@ MAX_JUDGED = 32
 # reports are predictable; decisions, names, versions and causes are not), as a distance from
 # SURPRISE_CENTER in SURPRISE_SCALE units (the mean and standard deviation over every statement
 # of the shared transcripts), clamped to +-MODEL_CLAMP, added to the cue score with that weight.
-# It is off because, over the ten projects outside the transcripts those two constants came
-# from, the embedded 135M model's surprise told the statements worth keeping from the rest at
-# chance (AUC per project below 0.5 in 7 of the 10; 0.49 weighted by their 174 candidates,
-# the cue score 0.67; `recalld bench capture`, with_model.auc_by_project): a term that
-# separates nothing only moves good drafts out of a session's budget. Asked "Keep this note?
-# Yes/No" the same model ranked worse than chance, so no model is asked that either.
+# It is off by default: outside the transcripts those two constants came from, the embedded
+# 135M model's surprise told the statements worth keeping from the rest no better than chance
+# (docs/capture.md, "Ranking"), and a term that separates nothing only moves good drafts out of
+# a session's budget. No model is asked "keep this note?" either: it did worse than chance.
 MODEL_CLAMP = 2.0
 SURPRISE_CONTEXT = "Notes:\n"
 SURPRISE_CENTER = 5.2
@@ -314,8 +312,8 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     room = _room(conn, res, pc)
     if room is not None and len(screened.kept) > room:
         # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
-        # What the agent only thought takes room after what it said: on the development projects
-        # its reasoning's drafts were 5 good of 12, its text's 28 of 42 (docs/evaluation.md).
+        # What the agent only thought takes room after what it said: its reasoning is the
+        # weaker source of drafts (docs/capture.md, "The session's budget").
         order = sorted(screened.kept, key=lambda d: (d.role == "reasoning", -(d.confidence or 0)))
         res.rejected += [(d, "over_budget") for d in order[room:]]
         screened.kept = order[:room]
