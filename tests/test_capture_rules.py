@@ -24,10 +24,8 @@ def test_plans_doubts_and_narration_are_of_the_moment(text):
     assert rules.of_the_moment(text)
 
 
-def test_the_reasonings_plan_items_are_of_the_moment_but_an_agents_instruction_is_not():
-    text = "Check if there's already a rockcraft.yaml or rock configuration"
-    assert rules.of_the_moment(text, "reasoning")
-    assert not rules.of_the_moment("Run `mix credo gen.config` to generate `.credo.exs` with defaults", "agent")
+def test_an_agents_instruction_is_not_of_the_moment():
+    assert not rules.of_the_moment("Run `mix credo gen.config` to generate `.credo.exs` with defaults")
 
 
 @pytest.mark.parametrize("text", [
@@ -121,7 +119,7 @@ def test_the_agent_thinking_aloud_is_not_mined_but_the_user_deciding_is():
 def test_a_duplicate_in_one_pass_keeps_the_better_worded_draft_and_both_provenances():
     from recalld.capture import policies
 
-    first = policies.Draft(kind="fact", confidence=0.98, role="reasoning", line=23, why="a fact; line 23",
+    first = policies.Draft(kind="fact", confidence=0.98, role="agent", line=23, why="a fact; line 23",
                            text="Additionally, the rock uses a virtualenv at `/opt/venv/bin/python3.10` which should "
                                 "be used instead of just `python3`.")
     second = policies.Draft(kind="fact", confidence=0.87, role="agent", line=52, why="a fact; line 52",
@@ -133,6 +131,22 @@ def test_a_duplicate_in_one_pass_keeps_the_better_worded_draft_and_both_provenan
     assert [d.line for d in out.kept] == [52, 60]
     assert "also said at line 23" in out.kept[0].why
     assert [(d.line, r) for d, r in out.rejected] == [(23, "duplicate_proposal")]
+
+
+def test_the_fix_linked_to_an_error_is_one_claim_after_two_errors_or_said_alone():
+    from recalld.capture import policies
+
+    cause = "Because rustup cannot write under `~/.rustup`, `cargo fmt` and `cargo check` cannot run."
+    touch = f"`touch ~/.rustup/tmp/probe`: Exit code: 1 → {cause}"
+    chmod = f"`chmod -R u+rwx ~/.rustup`: chmod: Operation not permitted → {cause}"
+    assert policies.same_claim(touch, chmod, 88)  # two errors, one lesson
+    assert policies.same_claim(touch, cause, 88) and policies.same_claim(cause, chmod, 88)
+    # a different cause after the same kind of error is another claim
+    assert not policies.same_claim(chmod, "`npm ci`: EACCES: permission denied, mkdir '/srv/cache' → The cache "
+                                          "lives on a read-only volume mounted by the CI image.", 88)
+    out = policies.screen([policies.Draft(kind="fact", text=t, confidence=0.8, role=r, line=n)
+                           for t, r, n in ((touch, "error", 10), (chmod, "error", 12), (cause, "agent", 13))])
+    assert len(out.kept) == 1 and [r for _, r in out.rejected] == ["duplicate_proposal"] * 2
 
 
 def test_two_statements_about_one_name_are_not_merged_when_they_say_different_things():
@@ -316,34 +330,21 @@ def test_a_pasted_document_buys_no_slots():
     assert proposer._slots(m, {"max_drafts": 3}) == 3
 
 
-@pytest.mark.parametrize("text", [
-    "The status bar already tracks the state, so I could reuse that instead of adding notifications",
-    "With the default setting the temp file would persist on disk after a crash",
-    "The key thing is setting up the build and install flow correctly before anything else",
-    "The trickier part is verifying that the paste actually worked in every app",
-    "Switch to the small model for better accuracy on longer text",
-])
-def test_deliberation_in_the_reasoning_is_of_the_moment(text):
-    assert rules.of_the_moment(text, "reasoning")
-
-
-def test_a_finding_in_the_reasoning_is_kept_and_deliberation_words_only_count_there():
-    finding = "The current integration tests use a broken OCI image, so they only test failures"
-    assert not rules.of_the_moment(finding, "reasoning")
-    assert not rules.of_the_moment("The service could not bind port 502 without root", "reasoning")
-    assert not rules.of_the_moment("The cache would be rebuilt on every deploy otherwise", "agent")
-
-
-def test_a_claim_thought_and_then_told_is_the_texts():
-    told = ["Last 10 dictations in menu bar — already built in. Just needs `maxRecordings: 10`."]
-    assert rules.said_again("Re-paste previous dictations: already built in with `maxRecordings`!", told)
-    assert not rules.said_again("The status bar tracks a copiedToClipboard state", told)
-    events = [_ev("prompt", 1, "can it keep my recent dictations?", role="user"),
-              _ev("reasoning", 2, "Re-paste previous dictations: already built in with `maxRecordings`, nothing to add."),
-              _ev("text", 3, "Last 10 dictations in the menu bar are already built in: it just needs "
-                             "`maxRecordings: 10` in the config.")]
-    roles = {sp.role for sp in mine.mine(events).spans}
-    assert "reasoning" not in roles and "agent" in roles
+def test_the_agents_reasoning_is_read_and_counted_but_never_a_candidate():
+    # Its plans and doubts are of the moment, and what it found is what it then tells: a claim
+    # only thought is not drafted, however strong its cues.
+    thought = ("We decided to pin `node` 20 in `ci.yml` because the 18 image lacks the `fetch` global, "
+               "and we must never use the `latest` tag.")
+    events = [_ev("prompt", 1, "why does the export job keep failing?", role="user"),
+              _ev("reasoning", 2, thought),
+              _ev("text", 3, "The export job writes under a dated key in `exports/`, so it never overwrites "
+                             "the last good file.")]
+    m = mine.mine(events)
+    assert {sp.role for sp in m.spans} == {"agent"}
+    assert "fetch" in m.text and m.statements == 3  # said: grounding and the turn's size still count it
+    # the same words told by the agent are a candidate
+    told = mine.mine([events[0], _ev("text", 2, thought)])
+    assert [sp.role for sp in told.spans] == ["agent"]
 
 
 def test_a_long_error_line_and_command_are_cut_between_words():
@@ -366,5 +367,5 @@ def test_a_long_error_line_and_command_are_cut_between_words():
 def test_a_leading_also_is_filler_not_progress():
     said = "Also, since this runs as a new binary, macOS requires a new accessibility permission for it."
     assert mine.tighten(said) == "Since this runs as a new binary, macOS requires a new accessibility permission for it."
-    assert "progress" not in mine.score(mine.tighten(said), "reasoning")[2]
+    assert "progress" not in mine.score(mine.tighten(said), "agent")[2]
     assert "progress" in mine.score("Also updated the README with the new flags", "agent")[2]

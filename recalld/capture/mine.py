@@ -232,9 +232,6 @@ def mine(events: list) -> Mined:
     spans = []
     m.said_chars = sum(len(u[1]) for u in units)
     m.paste_chars = sum(len(u[1]) for u in units if u[0] == "document")
-    # What the agent told, to check its reasoning against: a claim thought and then said is the
-    # text's (the answer restates the thinking behind it, in the words chosen for the reader).
-    told = [st for role, t, _l, _u in units if role == "agent" for st in statements(t)]
     for role, t, line, uuid in units:
         headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
@@ -245,14 +242,13 @@ def mine(events: list) -> Mined:
             st = tighten(st)
             if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
                 continue
-            if role in ("agent", "reasoning", "report", "document") and \
-                    (rules.of_the_moment(st, role) or rules.is_trivia(st)):
-                continue
-            if role == "reasoning" and rules.said_again(st, told):
-                continue
             # A pasted document is in the file it came from (the decision record the agent then
-            # writes down, the prompt file Codex expands): read, counted, never a draft.
-            if role == "document":
+            # writes down, the prompt file Codex expands): read, counted, never a draft. So is
+            # the agent's reasoning: its plans and doubts of the moment, and what it found is
+            # what it then tells (docs/capture.md, "What is read").
+            if role in ("document", "reasoning"):
+                continue
+            if role in ("agent", "report") and (rules.of_the_moment(st) or rules.is_trivia(st)):
                 continue
             if role == "user" and rules.user_of_the_moment(st):
                 continue

@@ -168,16 +168,26 @@ def _specifics(text: str) -> set:
 ARROW = " → "
 
 
+# An error joined to what followed it: "`cmd`: error → fix" (a command draft has no colon).
+_ERROR_JOIN = re.compile(r"^`[^`\n]+`: .+" + ARROW)
+
+
 def same_claim(a: str, b: str, ratio: float) -> bool:
     """Two drafts say the same thing. An error or a command draft is its head, the failing
     command and error (or the command): the same head is the same claim whatever followed it
     (the same compile error quoted at two turns, once with its fix), and two heads are two
-    claims however alike what followed (two commands that each brought the server up). Other
-    drafts: alike in words (>= ratio), or about the same names: they share two or more, or one's
-    single name is the other's and their words mostly overlap (the same path fact said three
-    times in three wordings in one turn)."""
+    claims however alike what followed (two commands that each brought the server up), unless
+    what followed an error is the same: the fix or cause the text linked to an error is the
+    claim the agent learned, whether said after another error or alone. Other drafts: alike in
+    words (>= ratio), or about the same names: they share two or more, or one's single name is
+    the other's and their words mostly overlap (the same path fact said three times in three
+    wordings in one turn)."""
     if ARROW in a or ARROW in b:
         ha, hb = a.split(ARROW, 1)[0], b.split(ARROW, 1)[0]
+        if _ERROR_JOIN.match(a) or _ERROR_JOIN.match(b):
+            ta, tb = (x.split(ARROW, 1)[1] if _ERROR_JOIN.match(x) else x for x in (a, b))
+            if min(len(ta), len(tb)) >= 20 and similarity(ta, tb) >= ratio:
+                return True
         if min(len(ha), len(hb)) >= 20:
             return similarity(ha, hb) >= ratio
     if similarity(a, b) >= ratio:

@@ -312,9 +312,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     room = _room(conn, res, pc)
     if room is not None and len(screened.kept) > room:
         # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
-        # What the agent only thought takes room after what it said: its reasoning is the
-        # weaker source of drafts (docs/capture.md, "The session's budget").
-        order = sorted(screened.kept, key=lambda d: (d.role == "reasoning", -(d.confidence or 0)))
+        order = sorted(screened.kept, key=lambda d: -(d.confidence or 0))
         res.rejected += [(d, "over_budget") for d in order[room:]]
         screened.kept = order[:room]
     red = Counter(res.redactions)

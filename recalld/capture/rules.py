@@ -57,16 +57,9 @@ _DOUBT = re.compile(
     r"^(?:it )?(?:seems|looks) like (?:the|this|it)\b.*\b(?:might|may|probably|likely)\b", re.I)
 
 
-# In the agent's reasoning a statement that opens with a bare verb is an item of its plan
-# ("Check if there's already a rockcraft.yaml", "Understand what the workload does").
 # Where in a file the agent is looking ("Line 32: uses python3", "src/charm.py:251 runs"): the
 # spot changes with the next edit.
 _SPOT = re.compile(r"^(?:lines? \d+(?:[-–]\d+)?|[\w./-]+\.\w+:\d+(?:-\d+)?)\b[:,]?", re.I)
-_PLAN_ITEM = re.compile(r"^(?:check|understand|look|read|find|search|explore|investigate|review|consider|verify|"
-                   r"confirm|test|try|run|add|create|update|implement|write|fix|make sure|ensure|figure out|"
-                   r"see|determine|identify|plan|draft|decide|start|continue|move on|go through|switch|set|enable|"
-                   r"disable|upgrade|change|remove|replace|handle|apply|build|install|move|rename|use|keep|convert|"
-                   r"copy)\b", re.I)
 
 
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
@@ -78,24 +71,10 @@ def plain(text: str) -> str:
     return (text or "").translate(_QUOTES)
 
 
-# In its reasoning the agent weighs what it could do anywhere in a sentence ("..., so I could
-# leverage that", "..., so I should reconsider whether pruning runs"): deliberation, not a fact.
-_DELIBERATES = re.compile(r"\bI(?:'ll| will| could| might| can| plan to| need to| want to| have to| am going to|"
-                          r"'m going to| should (?:reconsider|check|look|verify|also|first|probably))\b|"
-                          # what would, could or might happen: a conjecture while thinking, not a finding
-                          r"\b(?:would|might|may|will)\b|\bcould(?! not\b| have\b)\b|"
-                          # how it frames its own problem: "The key thing is ...", "The trickier part is ..."
-                          r"^the (?:key|real|main|tricky|trickier|hard|harder|hardest|important|big|first|next|other|"
-                          r"remaining|simplest|best|cleanest|safest) (?:thing|part|issue|question|challenge|step|"
-                          r"modifications?|changes?|problem|approach|option|way) (?:is|are|here)\b", re.I)
-
-
-def of_the_moment(text: str, role: str = "agent") -> bool:
+def of_the_moment(text: str) -> bool:
     """A plan, a doubt or narration of the agent's own work: not a fact that outlives the turn."""
     t = plain(text).strip().lstrip("-*> ")
     if t.endswith(":"):  # the lead-in of a list ("the skill has three components:"), not a claim
-        return True
-    if role == "reasoning" and (_PLAN_ITEM.search(t) or _DELIBERATES.search(t)):
         return True
     return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t))
 
@@ -160,24 +139,6 @@ def subject_words(text: str) -> set:
             out.add(w)
             out.update(p for p in re.split(r"[./_-]", w) if len(p) >= 4 and p not in _COMMON)
     return out
-
-
-_STOP = set("""the and for with that this from into are was were its it's has have had not but you your can
-could would should will just also then than there their they them what when which while about only all any
-some more most very""".split())
-
-
-def claim_words(text: str) -> set:
-    """The words that carry a statement's claim (three letters or more, not a stop word)."""
-    return {w for w in re.findall(r"[a-z0-9_.~/-]+", plain(text).lower().replace("`", "")) if len(w) >= 3
-            and w not in _STOP}
-
-
-def said_again(reasoning: str, text_statements: list) -> bool:
-    """The reasoning's claim is said again in the agent's text: half or more of its claim words
-    are in one statement of the text. The text is what the agent chose to tell."""
-    mine_ = claim_words(reasoning)
-    return bool(mine_) and any(len(mine_ & claim_words(t)) * 2 >= len(mine_) for t in text_statements)
 
 
 def links(error_head: str, fix: str) -> bool:
