@@ -25,9 +25,9 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
 - failed passes: outcome error or timeout (must be 0);
 - every figure per source project (`groups`), over the projects outside FIT_PROJECTS
-  (`held_out`: the figures that count, no rule was read off those transcripts), over the
-  sessions labelled blind after the last change to capture (`fresh`, held out too: no decision
-  saw their figures) and over the projects in it (`development`), with proposals and good ones
+  (`held_out`: the figures that count, no rule was read off those transcripts), over each
+  round of sessions labelled blind after a change to capture (`fresh`, `fresh2`, ...: held out
+  too, and no decision saw their figures before they were first measured) and over the projects in it (`development`), with proposals and good ones
   per source (`by_role`: the user, a pasted document, the agent's text or reasoning, a failing
   command...);
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
@@ -101,9 +101,11 @@ def _spec(path: Path) -> dict:
     files = [t["file"] for t in spec.get("transcripts") or []] or list(spec.get("read") or [])
     spec["files"] = files
     spec["projects"] = {f: projects.get(f) or group_of(f) for f in files}
-    # Sessions labelled blind after the last change to capture ("split": "fresh"): held out too,
-    # and reported on their own, since no decision was taken with their figures in sight.
-    spec["fresh"] = {t["file"] for t in spec.get("transcripts") or [] if t.get("split") == "fresh"}
+    # Sessions labelled blind after a change to capture ("split": "fresh", then "fresh2", ... one
+    # name per round): held out too, and each round reported on its own, since no decision was
+    # taken with its figures in sight until it was first measured.
+    spec["fresh"] = {t["file"]: t["split"] for t in spec.get("transcripts") or []
+                     if str(t.get("split") or "").startswith("fresh")}
     for lab in spec["labels"]:
         lab.setdefault("strength", 2)
         lab.setdefault("keep", True)
@@ -157,9 +159,10 @@ def auc(pos: list, neg: list) -> "float | None":
 # sungather (the committed set was split before its proposals were read) and charmanalysis (its
 # proposals read after a first held-out measurement; docs/evaluation.md, "Capture", gives both), and of
 # the whole sessions of other authors added later, per agent the project whose name sorts first (random,
-# coda; a rule fixed before any of their proposals was seen), and speakfree (its proposals read after
-# a first held-out measurement, which docs/evaluation.md gives). The rest are held out.
-FIT_PROJECTS = ("spotter", "viewer", "sungather", "charmanalysis", "random", "coda", "speakfree")
+# coda; a rule fixed before any of their proposals was seen), speakfree and parkinglot (their
+# proposals read after a first held-out measurement, which docs/evaluation.md gives). The rest are
+# held out.
+FIT_PROJECTS = ("spotter", "viewer", "sungather", "charmanalysis", "random", "coda", "speakfree", "parkinglot")
 DUPLICATE = 88  # rapidfuzz similarity at which two proposals of one session say the same thing
 
 
@@ -194,7 +197,7 @@ def trade_off(files: list, by_file: dict, projects: dict, runtime) -> list:
 
 
 def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dict:
-    files, by_file, projects, fresh = [], {}, {}, set()
+    files, by_file, projects, fresh = [], {}, {}, {}
     for tdir, spec in datasets(data, labels):
         names = spec["files"] or sorted(p.name for p in tdir.glob("*.jsonl"))
         missing = [n for n in names if not (tdir / n).exists()]
@@ -202,7 +205,7 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
             raise Unavailable(f"labelled transcripts not found in {tdir}: {', '.join(missing[:3])}")
         files.extend(tdir / n for n in names)
         projects.update({n: spec["projects"].get(n) or group_of(n) for n in names})
-        fresh |= spec.get("fresh") or set()
+        fresh.update(spec.get("fresh") or {})
         for lab in spec["labels"]:
             by_file.setdefault(lab["file"], []).append(lab)
     from recalld.model import runtime as llm
@@ -220,7 +223,8 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
     if rt is not None:
         got = _variant(files, by_file, projects, rt, model_weight=1.0, fresh=fresh)
         keys = ("proposals", "precision", "recall", "per_20_substantive_turns", "duplicates", "pass_s",
-                "model_s_per_judged_pass", "sessions_per_minute", "held_out", "fresh", "development", "groups",
+                "model_s_per_judged_pass", "sessions_per_minute", "held_out", *sorted(set(fresh.values())),
+                "development", "groups",
                 "auc_by_split", "auc_by_project", "model_auc")
         with_model = {"model": rt.name, "machine": f"{os.cpu_count()} CPUs, llama.cpp threads={rt.n_threads}",
                       **{k: got["figures"][k] for k in keys}}
@@ -249,7 +253,8 @@ def run(quick: bool = False, data=None, labels=None, curve: bool = False) -> dic
     return out
 
 
-def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: float = 0.0, fresh=()) -> dict:
+def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: float = 0.0,
+             fresh: "dict | None" = None) -> dict:
     from recalld.capture import mine, policies, proposer
 
     import time
@@ -340,9 +345,12 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
     held = [f for f in files if (projects.get(f.name) or group_of(f.name)) not in FIT_PROJECTS]
     figures["held_out"] = _figures(held, by_file, [x for x in listed if x["project"] not in FIT_PROJECTS],
                                    matched_labels, turns_by, subst_by) if held else None
-    new = [f for f in files if f.name in fresh]
-    figures["fresh"] = _figures(new, by_file, [x for x in listed if x["file"] in fresh], matched_labels,
-                                turns_by, subst_by) if new else None
+    fresh = fresh or {}
+    for split in sorted(set(fresh.values())):
+        new = {f.name for f in files if fresh.get(f.name) == split}
+        figures[split] = _figures([f for f in files if f.name in new], by_file,
+                                  [x for x in listed if x["file"] in new], matched_labels,
+                                  turns_by, subst_by) if new else None
     dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
     figures["development"] = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS],
                                       matched_labels, turns_by, subst_by) if dev else None
