@@ -103,6 +103,22 @@ def test_an_error_is_not_glued_to_an_unrelated_sentence():
     assert not any("→" in sp.text and "epic" in sp.text for sp in spans)
 
 
+def test_a_command_run_with_a_variable_set_is_the_same_command_when_it_goes_through():
+    assert mine._head("PYTHONPATH=. CI=1 pytest -q tests") == mine._head("pytest -q") == "pytest -q"
+    err = "ModuleNotFoundError: No module named 'app.settings' while importing conftest"
+    events = [
+        _ev("prompt", 1, "run the tests", role="user"),
+        _ev("tool_call", 2, tool="Bash", tool_input={"command": "PYTHONPATH=. pytest -q"}),
+        _ev("tool_result", 3, err, tool="Bash", is_error=True),
+        _ev("text", 4, "The conftest import of app.settings needs the package installed: run `pip install -e .` "
+                       "before pytest."),
+        _ev("tool_call", 5, tool="Bash", tool_input={"command": "pytest -q"}),
+        _ev("tool_result", 6, "12 passed", tool="Bash"),
+    ]
+    fixed = [sp for sp in mine.mine(events).spans if sp.role == "error"]
+    assert fixed and "→" in fixed[0].text and "pip install -e ." in fixed[0].text
+
+
 def test_the_agent_thinking_aloud_is_not_mined_but_the_user_deciding_is():
     events = [
         _ev("prompt", 1, "let's use ghcr.io for the images rather than docker hub, it is free for us", role="user"),

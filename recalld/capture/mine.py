@@ -274,8 +274,15 @@ def mine(events: list) -> Mined:
     return m
 
 
+# `PYTHONPATH=. pytest`: the variables set for one command are not the command.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def _head(cmd: str) -> str:
-    return " ".join(cmd.split()[:2])
+    words = cmd.split()
+    while words and _ASSIGNMENT.match(words[0]):
+        words = words[1:]
+    return " ".join(words[:2])
 
 
 def _fix_statement(text: str, head: str) -> "str | None":

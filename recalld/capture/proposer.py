@@ -312,7 +312,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     room = _room(conn, res, pc)
     if room is not None and len(screened.kept) > room:
         # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
-        order = sorted(screened.kept, key=lambda d: -(d.confidence or 0))
+        order = _budget_order(screened.kept)
         res.rejected += [(d, "over_budget") for d in order[room:]]
         screened.kept = order[:room]
     red = Counter(res.redactions)
@@ -322,6 +322,10 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     consume(screened.kept, _said_again(screened.again, pending_rows))
     if not res.stored_ids:
         res.outcome = "nothing"
+
+
+def _budget_order(drafts: list) -> list:
+    return sorted(drafts, key=lambda d: -(d.confidence or 0))
 
 
 def _said_again(again: list, pending_rows: list) -> list:
