@@ -245,7 +245,7 @@ def mine(events: list) -> Mined:
             # A pasted document is in the file it came from (the decision record the agent then
             # writes down, the prompt file Codex expands): read, counted, never a draft. So is
             # the agent's reasoning: its plans and doubts of the moment, and what it found is
-            # what it then tells (docs/capture.md, "What is read").
+            # what it then tells (docs/capture.md, "What a pass reads").
             if role in ("document", "reasoning"):
                 continue
             if role in ("agent", "report") and (rules.of_the_moment(st) or rules.is_trivia(st)):
