@@ -262,6 +262,45 @@ def test_a_session_drafts_at_the_budgets_rate_best_first_and_says_what_it_withhe
     c.close()
 
 
+def test_two_passes_over_one_session_at_once_cannot_both_spend_its_room(home, project, tmp_path, monkeypatch):
+    import threading
+
+    # Both passes have read and ranked their turn before either stores: the budget must be
+    # read where it is spent, or each sees the session's one draft still free.
+    ready = threading.Barrier(2, timeout=10)
+    rank = proposer._rank
+
+    def both_ranked(*a, **kw):
+        out = rank(*a, **kw)
+        ready.wait()
+        return out
+
+    monkeypatch.setattr(proposer, "_rank", both_ranked)
+    results = []
+    for n in range(2):
+        t = Session(tmp_path / f"race{n}.jsonl", str(project), session="s-race")
+        t.user(f"the release checklist, part {n}")
+        t.agent("I read the workflow files. I compared them with the notes. I checked the runners. "
+                "I looked at the tags.")
+        t.agent(f"{RULES[2 * n]}\n{RULES[2 * n + 1]}", end=True)
+        results.append(t.path)
+    got = []
+    threads = [threading.Thread(target=lambda p=p: got.append(_pass(p, complete_turns=True))) for p in results]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+    assert len(got) == 2 and all(r.outcome in ("stored", "nothing") for r in got), [r.as_dict() for r in got]
+    # Two substantive turns: 1 + floor(1 * 12 / 20) = 1 draft for the session, not one each.
+    assert sum(len(r.stored_ids) for r in got) == 1
+    assert sorted(r.rejections.get("over_budget", 0) for r in got) == [1, 2]
+    c = proposal_db.connect()
+    assert proposal_db.session_use(c, "s-race") == (2, 1)
+    recs = receipts.read(c, source="proposer")
+    assert sorted(r["detail"]["rejections"].get("over_budget", 0) for r in recs) == [1, 2]
+    c.close()
+
+
 def test_what_the_agent_only_thought_is_never_drafted(home, project, tmp_path):
     t = Session(tmp_path / "thought.jsonl", str(project))
     t.user("why does the export job keep failing?")

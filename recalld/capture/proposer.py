@@ -284,12 +284,26 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     # Without a transcript the user's prompts are not seen: each stop-hook boundary is a turn.
     res.substantive = mine.substantive_turns(mined) if transcript else len(boundaries)
 
+    def settle(c, drafts: list) -> list:
+        # The session's budget is read in the transaction that spends it. The pass's best drafts
+        # take the room and the rest are withheld; what is stored keeps the pass's order, the
+        # order of `res.kept` and so of the ids returned.
+        room = _room(c, res, pc)
+        if room is not None and len(drafts) > room:
+            best = _budget_order(drafts)[:room]
+            res.rejected += [(d, "over_budget") for d in drafts if all(d is not b for b in best)]
+            drafts = [d for d in drafts if any(d is b for b in best)]
+        if not drafts and res.outcome == "stored":
+            res.outcome = "nothing"
+        _fill_receipt(r, res)
+        return drafts
+
     def consume(kept: list, again=()) -> None:
         _fill_receipt(r, res)
         res.stored_ids = proposal_db.store_pass(
             conn, r, session=res.session, source=res.source, from_line=res.from_line, to_line=res.to_line,
             boundary_id=boundary_id, window_chars=res.window_chars, drafts=kept, project=project or "",
-            agent=agent, model=res.model, again=again, turns=res.substantive)
+            agent=agent, model=res.model, again=again, turns=res.substantive, settle=settle)
         r["_stored"] = True
 
     if not mined.spans:
@@ -309,12 +323,6 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     screened = policies.screen(res.drafts, memories=memories, pending=pending, requests=mined.requests,
                                window=mined.text, cfg={**pc, "max_drafts": limit})
     res.rejected = screened.rejected
-    room = _room(conn, res, pc)
-    if room is not None and len(screened.kept) > room:
-        # Best first: the session's budget keeps the pass's best drafts, the rest are withheld.
-        order = _budget_order(screened.kept)
-        res.rejected += [(d, "over_budget") for d in order[room:]]
-        screened.kept = order[:room]
     red = Counter(res.redactions)
     red.update(screened.redactions)
     res.redactions = dict(red)

@@ -138,17 +138,21 @@ def session_use(conn: sqlite3.Connection, session: str) -> "tuple[int, int]":
 
 def store_pass(conn: sqlite3.Connection, r: dict, *, session, source: str, from_line: int, to_line: int,
                boundary_id, window_chars: int, drafts: list, project: str, agent: str,
-               model: "str | None", again: "list | tuple" = (), turns: int = 0) -> list[int]:
+               model: "str | None", again: "list | tuple" = (), turns: int = 0, settle=None) -> list[int]:
     """One transaction: the pass (which advances the cursor), its surviving drafts as pending
     proposals, the pass's receipt, and `again`: (proposal id, draft, reword) for each draft
     that says what a pending proposal of an earlier pass says. Each is kept as a sighting of
     that proposal (its line, uuid and wording); with `reword` (the later wording is the better
     one) an 'edited' event by the proposer carries it, while nobody has touched the proposal
     yet. `turns`: the substantive turns the pass read (the session's budget, `session_use`).
-    Returns the new proposal ids."""
+    `settle(conn, drafts) -> drafts`, called inside the transaction before anything is written,
+    decides what is stored from what is stored already (the session's budget), so two passes
+    over one session cannot both spend its last room. Returns the new proposal ids."""
     now = receipts.now_iso()
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if settle is not None:
+            drafts = settle(conn, list(drafts))
         cur = conn.execute(
             """INSERT INTO proposal_passes (time, session, source, from_line, to_line, boundary_id,
                                             window_chars, drafts, stored, receipt_uid, turns)
