@@ -239,10 +239,11 @@ RULES = [
 
 
 def test_a_session_drafts_at_the_budgets_rate_best_first_and_says_what_it_withheld(home, project, tmp_path):
-    # Five substantive turns, two rules each: 1 + (n - 1) * 12 / 20 drafts after n turns, so
-    # 1, 1, 2, 2, 3 in all; each pass keeps its best, and the receipt counts what it withheld.
+    # Five substantive turns, two rules each: n * 12 / 20 drafts after n turns, rounded down,
+    # and one at least, so 1, 1, 1, 2, 3 in all; each pass keeps its best, and the receipt
+    # counts what it withheld.
     t = Session(tmp_path / "budget.jsonl", str(project))
-    allowed, stored = [1, 1, 2, 2, 3], []
+    allowed, stored = [1, 1, 1, 2, 3], []
     for n in range(5):
         t.user(f"next part of the release checklist, part {n}")
         t.agent("I read the workflow files. I compared them with the notes. I checked the runners. "
@@ -260,6 +261,16 @@ def test_a_session_drafts_at_the_budgets_rate_best_first_and_says_what_it_withhe
     assert sum(r["detail"]["rejections"].get("over_budget", 0) for r in recs) == 10 - 3
     assert all(r["detail"]["substantive"] == 1 for r in recs)
     c.close()
+
+
+def test_the_budget_never_exceeds_its_rate_after_the_sessions_first_draft(monkeypatch):
+    pc = {"per_20_turns": 12}
+    for n in range(0, 61):
+        monkeypatch.setattr(proposal_db, "session_use", lambda conn, session, n=n: (n, 0))
+        room = proposer._room(None, proposer.PassResult(source="t", session="s"), pc)
+        assert room == max(1, 12 * n // 20), n
+        assert room <= 1 or room * 20 <= 12 * n, n  # at most 12 per 20, once past the first draft
+    assert proposer._room(None, proposer.PassResult(source="t", session="s"), {"per_20_turns": 0}) is None
 
 
 def test_two_passes_over_one_session_at_once_cannot_both_spend_its_room(home, project, tmp_path, monkeypatch):
@@ -291,7 +302,7 @@ def test_two_passes_over_one_session_at_once_cannot_both_spend_its_room(home, pr
     for th in threads:
         th.join(20)
     assert len(got) == 2 and all(r.outcome in ("stored", "nothing") for r in got), [r.as_dict() for r in got]
-    # Two substantive turns: 1 + floor(1 * 12 / 20) = 1 draft for the session, not one each.
+    # Two substantive turns: floor(2 * 12 / 20) = 1 draft for the session, not one each.
     assert sum(len(r.stored_ids) for r in got) == 1
     assert sorted(r.rejections.get("over_budget", 0) for r in got) == [1, 2]
     c = proposal_db.connect()

@@ -368,16 +368,16 @@ def _boundary_events(events: list, boundaries: list, res: PassResult) -> list:
 
 def _room(conn, res: PassResult, pc: dict) -> "int | None":
     """How many drafts the session may still take (None: no budget, or no session to count
-    against). After n substantive turns a session may have drafted 1 + (n - 1) * per_20_turns /
-    20, rounded down: the rate a reviewer can keep up with (12 per 20 turns) by construction,
-    not by a fitted gate. Any session may draft its one best statement, a short one too; unspent
-    room carries over, so a rich turn after quiet ones may use it."""
+    against). After n substantive turns a session may have drafted n * per_20_turns / 20,
+    rounded down: the rate a reviewer can keep up with (12 per 20 turns) by construction, not by
+    a fitted gate, at every point of the session. Any session may draft its one best statement,
+    a short one too; unspent room carries over, so a rich turn after quiet ones may use it."""
     rate = float(pc.get("per_20_turns") or 0) / 20
     if not res.session or rate <= 0:
         return None
     turns, drafted = proposal_db.session_use(conn, res.session)
     n = turns + res.substantive
-    return max(0, 1 + math.floor(rate * max(0, n - 1) + 1e-9) - drafted)
+    return max(0, max(1, math.floor(rate * n + 1e-9)) - drafted)
 
 
 def _slots(mined, pc: dict) -> int:
