@@ -27,9 +27,9 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 - every figure per source project (`groups`), over the projects outside FIT_PROJECTS
   (`held_out`: the figures that count, no rule was read off those transcripts), over each
   round of sessions labelled blind after a change to capture (`fresh`, `fresh2`, ...: held out
-  too, and no decision saw their figures before they were first measured) and over the projects in it (`development`), with proposals and good ones
-  per source (`by_role`: the user, a pasted document, the agent's text or reasoning, a failing
-  command...);
+  too, and no decision saw their figures before they were first measured) and over the
+  projects in it (`development`), with proposals and good ones per source (`by_role`: the
+  user, the agent's text, a subagent's report, a failing command...);
 - seconds per pass, model seconds, sessions per minute; the model's separation (AUC of its
   log-odds, and of the cue score, for candidates matching a label worth keeping against the rest);
 - the default (cue ranking) and, when the embedded model is there, the same passes with its

@@ -2,12 +2,13 @@
 
 A 135M model cannot write a memory worth keeping (docs/capture.md); people and agents in a
 session already say them. So the proposer reads every text of the turn (the user's messages,
-the agent's text and reasoning, the user's answers to the agent's questions, a subagent's
-report, failing commands and what came after them), cuts it into statements, and scores each
+the agent's text, the user's answers to the agent's questions, a subagent's report, failing
+commands and what came after them; a pasted document and the agent's reasoning are read and
+counted, never candidates), cuts it into statements, and scores each
 by cue features (a decision with its reason, a constraint or warning, a root cause, a user
 correction or preference, a concrete project fact: a port, path, version, flag, identifier) and
-by structure (an error, then what fixed it; the same error again and again). The model only
-ranks the best of these (proposer.py); nothing here invents a word: a candidate is a span of
+by structure (an error, then what fixed it; the same error again and again). A model ranks
+them only when asked (proposer.py); nothing here invents a word: a candidate is a span of
 the turn, at most with leading filler ("Perfect! I can see that") cut off, or spans of the turn
 joined by a symbol (error -> fix).
 
@@ -63,7 +64,7 @@ PASTE_CHARS = 3_000
 @dataclass
 class Span:
     text: str  # the statement as a quote of the turn (redacted)
-    role: str  # user | document | agent | reasoning | answer | report | delegation | error | command
+    role: str  # user | agent | answer | report | delegation | error | command
     line: int  # transcript line it was said on
     uuid: "str | None" = None
     line_to: "int | None" = None  # error -> fix: the line of the fix

@@ -57,7 +57,7 @@ class Draft:
     confidence: "float | None" = None
     redactions: dict = field(default_factory=dict)
     # Provenance of a mined span (recalld/capture/mine.py): who said it and where.
-    role: "str | None" = None  # user | document | agent | reasoning | answer | report | delegation | error | command
+    role: "str | None" = None  # user | agent | answer | report | delegation | error | command
     line: "int | None" = None
     line_to: "int | None" = None
     uuid: "str | None" = None

@@ -456,8 +456,7 @@ _CUE_WORDS = {"decision": "a decision", "reason": "with its reason", "constraint
               "cause": "a cause", "state": "a fact about the project", "preference": "the user's preference",
               "error_fixed": "an error and what fixed it", "error_repeated": "an error that kept coming back",
               "error_once": "an error", "command_runs": "how it is run", "remember": "marked for later"}
-_ROLE_WORDS = {"user": "said by the user", "document": "in a document the user pasted", "agent": "said by the agent",
-               "reasoning": "in the agent's reasoning",
+_ROLE_WORDS = {"user": "said by the user", "agent": "said by the agent",
                "answer": "the user's answer to the agent's question", "report": "in a subagent's report",
                "delegation": "in the agent's task for a subagent", "error": "a failing command and what followed",
                "command": "a command and what the agent said it brought up"}
