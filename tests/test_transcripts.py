@@ -264,6 +264,28 @@ def test_a_command_failing_under_codexs_sandbox_is_an_error_with_its_own_output(
     assert not ok.is_error and ok.text.startswith("a.py")
 
 
+def test_a_command_denied_by_codexs_macos_sandbox_is_an_error_with_its_own_output(tmp_path):
+    # As Codex writes a seatbelt denial: Rust's debug print of the output (coda's session in
+    # benchmarks/capture/, line 442).
+    err = "fatal: cannot lock ref 'refs/heads/001-notes': Unable to create '.git/refs/heads/001-notes.lock': " \
+          "Operation not permitted\\n"
+    out = ("failed in sandbox MacosSeatbelt with execution error: Denied { output: ExecToolCallOutput { exit_code: 128, "
+           "stdout: StreamOutput { text: \"\", truncated_after_lines: None }, stderr: StreamOutput { text: \""
+           + err + "\", truncated_after_lines: None }, aggregated_output: StreamOutput { text: \"" + err +
+           "\", truncated_after_lines: None }, duration: 276.007292ms, timed_out: false } }")
+    lines = [{"id": SESSION, "timestamp": "2025-05-01T10:00:00Z", "instructions": ""},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "start the feature"}]},
+             {"type": "function_call", "name": "shell", "arguments": '{"command": ["git", "checkout", "-b", "001-notes"]}',
+              "call_id": "c1"},
+             {"type": "function_call_output", "call_id": "c1", "output": out}]
+    p = tmp_path / f"rollout-2025-05-01T10-00-00-{SESSION}.jsonl"
+    p.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    failed = [e for e in T.parse_file(p) if e.kind == "tool_result"][0]
+    assert failed.is_error
+    assert failed.text == "fatal: cannot lock ref 'refs/heads/001-notes': Unable to create " \
+                          "'.git/refs/heads/001-notes.lock': Operation not permitted\n"
+
+
 def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path, shared_transcripts):
     lines = (TRANSCRIPTS / "spotter-short.jsonl").read_bytes().splitlines()
     line = next(ln for ln in lines if T.parse_line(ln, T.new_state(tmp_path / "s.jsonl")))

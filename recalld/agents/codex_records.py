@@ -4,6 +4,8 @@ A module of its own so that the hook, which imports every adapter on every run, 
 parser it never calls; the daemon imports it with its first Codex rollout.
 """
 
+import re
+
 from recalld.agents.base import MAX_TEXT, event as _ev, exit_code_error, text_of as _str, tool_summary
 from recalld.core import jsonio
 
@@ -43,10 +45,35 @@ def _parts_text(content) -> str:
 SANDBOX_FAILED = "failed in sandbox "
 
 
+# macOS's seatbelt denial comes as Rust's debug print of the command's output: "Denied { output:
+# ExecToolCallOutput { exit_code: 128, stdout: StreamOutput { text: \"...\", ... }, stderr: ...,
+# aggregated_output: StreamOutput { text: \"...\" } ... } }".
+_STREAM = re.compile(r'\b(aggregated_output|stderr|stdout): StreamOutput \{ text: "((?:[^"\\]|\\.)*)"')
+_EXIT_CODE = re.compile(r"\bexit_code: (-?\d+)")
+_DEBUG_ESCAPE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|.)", re.S)
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+def _debug_unescape(s: str) -> str:
+    def one(m):
+        e = m.group(1)
+        if not e.startswith("u{"):
+            return _ESCAPED.get(e, e)
+        n = int(e[2:-1], 16)
+        # Not a character (past U+10FFFF, or half of a surrogate pair): left as written.
+        return chr(n) if n <= 0x10FFFF and not 0xD800 <= n <= 0xDFFF else m.group(0)
+    return _DEBUG_ESCAPE.sub(one, s)
+
+
 def _sandbox_failure(text: str) -> "tuple[str, bool] | None":
     """(the command's own output, failed) for a sandbox failure line, else None."""
     if not text.startswith(SANDBOX_FAILED):
         return None
+    streams = dict(_STREAM.findall(text))
+    if streams:
+        out = streams.get("aggregated_output") or streams.get("stderr") or streams.get("stdout") or ""
+        code = _EXIT_CODE.search(text)
+        return (_debug_unescape(out) or text), not (code and int(code.group(1)) == 0)
     head, sep, rest = text.partition(", stdout: ")
     code = head.rpartition("exit code: ")[2].strip()
     failed = not (code.lstrip("-").isdigit() and int(code) == 0)
