@@ -19,6 +19,11 @@ from recalld.capture import mine, rules
     "A mock server would let us test the charm when the workload is actually working",
     "WebFetch can't get me the detailed logs of the failed job",
     "Line 32: uses `python3` instead of `/opt/venv/bin/python3.10`",
+    # where the work stands this turn
+    "The `/plan` phase is now ready; next command: `/tasks` with the generated spec",
+    "Tasks updated to [X] in `specs/002-importer/tasks.md`: T004 to T009.",
+    "Build status: I couldn't run `cargo test` because the crates registry is unreachable here",
+    "Retrying the fetch with escalated permissions so the lock file can be written",
 ])
 def test_plans_doubts_and_narration_are_of_the_moment(text):
     assert rules.of_the_moment(text)

@@ -71,12 +71,22 @@ def plain(text: str) -> str:
     return (text or "").translate(_QUOTES)
 
 
+# Where the work stands this turn: a phase ready, the next command, checkboxes ticked, what the
+# agent could not run here, a retry with more permissions. True today, stale tomorrow.
+_PROGRESS = re.compile(
+    r"\bis now (?:ready|complete|done|in place)\b|\bnext (?:command|step)s?:|"
+    r"\b(?:tasks?|checkboxes?|checklist) (?:updated|marked|checked|ticked)\b|\[x\]|"
+    r"^(?:build|test|lint|ci) status\b|"
+    r"\bi (?:couldn't|could not|wasn't able to|was unable to) (?:run|verify|test|build|execute|check)\b|"
+    r"\bretrying\b|\bwith (?:escalated|elevated) permissions\b", re.I)
+
+
 def of_the_moment(text: str) -> bool:
     """A plan, a doubt or narration of the agent's own work: not a fact that outlives the turn."""
     t = plain(text).strip().lstrip("-*> ")
     if t.endswith(":"):  # the lead-in of a list ("the skill has three components:"), not a claim
         return True
-    return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t))
+    return bool(_PLAN.search(t) or _DOUBT.search(t) or _SPOT.search(t) or _PROGRESS.search(t))
 
 
 # What the user says about this conversation only: an offer to answer questions, the wish to
