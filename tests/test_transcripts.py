@@ -75,6 +75,41 @@ def test_claude_turn_end_from_stop_hook_summary(shared_transcripts):
     assert metas and metas[0].text.startswith("Create beads")
 
 
+def test_claude_a_message_typed_while_the_agent_works_is_the_user_speaking_mid_turn(tmp_path):
+    # As Claude Code 2.1 writes it (entire's session in benchmarks/capture/, lines 166-171): the
+    # queued words are written only in the enqueue record; `remove` is when the turn took them.
+    sid = "43c87127-491b-488e-a553-95aa3f0414ac"
+    base = {"sessionId": sid, "cwd": "/work/cli", "timestamp": "2026-02-09T08:11:15Z"}
+    call = {"type": "tool_use", "id": "t1", "name": "Edit", "input": {"file_path": "a.go"}}
+    recs = [
+        dict(base, type="user", uuid="u1", message={"role": "user", "content": "version the completion block"}),
+        {"type": "queue-operation", "operation": "enqueue", "sessionId": sid, "timestamp": "2026-02-09T08:11:16Z",
+         "content": "Hang on, rebase this branch first: there is already a fix for the fish test."},
+        dict(base, type="assistant", uuid="a1", message={"role": "assistant", "content": [call]}),
+        dict(base, type="user", uuid="u2", message={"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "updated"}]}),
+        {"type": "queue-operation", "operation": "remove", "sessionId": sid, "timestamp": "2026-02-09T08:11:26Z"},
+        dict(base, type="assistant", uuid="a2", message={"role": "assistant", "content": [
+            {"type": "text", "text": "Go ahead and rebase; I will wait."}], "stop_reason": "end_turn"}),
+        # typed, then taken back unsent: never reached the model
+        {"type": "queue-operation", "operation": "enqueue", "sessionId": sid, "content": "also drop the zsh part"},
+        {"type": "queue-operation", "operation": "popAll", "sessionId": sid},
+        # a slash command queued runs in the client (the shared spotter transcript, lines 9-10)
+        {"type": "queue-operation", "operation": "enqueue", "sessionId": sid, "content": "/mcp"},
+        {"type": "queue-operation", "operation": "remove", "sessionId": sid},
+    ]
+    p = tmp_path / f"{sid}.jsonl"
+    p.write_text("".join(json.dumps(o) + "\n" for o in recs))
+    evs = list(T.parse_file(p))
+    prompts = [e for e in evs if e.kind == "prompt"]
+    assert [e.text for e in prompts] == ["version the completion block",
+                                         "Hang on, rebase this branch first: there is already a fix for the fish test."]
+    assert prompts[1].line_no == 5 and prompts[1].role == "user" and prompts[1].session == sid
+    assert [e.kind for e in evs] == ["prompt", "tool_call", "tool_result", "prompt", "text", "turn_end"]
+    assert len(T.file_turns(p)) == 1  # said mid-turn: the same turn
+    assert not any("zsh" in (e.text or "") or "/mcp" in (e.text or "") for e in evs)
+
+
 def test_claude_bash_success_is_not_an_error(shared_transcripts):
     evs = list(T.parse_file(TRANSCRIPTS / "spotter-subagent.jsonl"))
     bash_results = [e for e in evs if e.kind == "tool_result" and e.tool == "Bash"]

@@ -185,7 +185,7 @@ class ParseState:
     """What one file's parser carries from line to line."""
 
     __slots__ = ("source", "fmt", "session", "cwd", "agent", "line_no", "malformed", "tool_names",
-                 "open_turns", "last_prompt", "projects", "seen")
+                 "open_turns", "last_prompt", "projects", "seen", "queued")
 
     def __init__(self, source: str = "", fmt: "str | None" = None, session: "str | None" = None,
                  cwd: "str | None" = None, agent: str = "main", line_no: int = 0, malformed: int = 0):
@@ -201,6 +201,7 @@ class ParseState:
         self.last_prompt: "str | None" = None  # Codex writes each prompt twice (response_item + event_msg)
         self.projects: dict = {}  # cwd -> project (the resolver walks the disk)
         self.seen: set = set()  # what a parser already emitted, for formats that rewrite records
+        self.queued: list = []  # messages typed while the agent works, not yet taken in (Claude Code)
 
     def project_of(self, cwd: "str | None") -> "str | None":
         if not cwd:

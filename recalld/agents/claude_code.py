@@ -7,7 +7,12 @@ session). `type` user/assistant carry `message.content` (a string or blocks: tex
 tool_result, thinking); one API message is often split over several lines that share
 `message.id`, so each line is parsed on its own and blocks are never merged. `system` records
 with subtype `turn_duration` or `stop_hook_summary` mark a turn end, and so does an assistant
-message whose `stop_reason` is `end_turn` (older versions).
+message whose `stop_reason` is `end_turn` (older versions). What the user types while the agent
+works is a `queue-operation` record: `enqueue` with its `content`, then `remove` when the running
+turn takes it in (no user record follows: this is the only place its words are written),
+`dequeue` when it is sent as the next prompt (which has its own record), `popAll` when the
+user takes it back unsent. A queued slash command (`/mcp`) is the client's, not words for the
+model.
 """
 
 import os

@@ -23,6 +23,24 @@ def _block_text(content) -> str:
     return ""
 
 
+def _queued(o: dict, st, kw: dict) -> list:
+    """A message the user typed while the agent worked. Taken into the running turn
+    (`remove`), it is the user speaking mid-turn: a prompt event, with no turn end before it."""
+    op = o.get("operation")
+    if op == "enqueue":
+        text = _block_text(o.get("content"))
+        # A queued slash command ("/mcp") runs in the client; words go to the model.
+        if text.strip() and not text.lstrip().startswith("/"):
+            st.queued.append(text)
+    elif op == "remove" and st.queued:
+        return [_ev(st, "user", "prompt", st.queued.pop(0), **kw)]
+    elif op == "dequeue" and st.queued:
+        st.queued.pop(0)  # sent as the next prompt, which has its own record
+    elif op == "popAll":
+        st.queued.clear()  # taken back into the input box, unsent
+    return []
+
+
 def parse_record(o: dict, st) -> list:
     """One decoded transcript record -> events (raises on a known type with a bad shape)."""
     t = o.get("type")
@@ -37,6 +55,8 @@ def parse_record(o: dict, st) -> list:
         agent = f"agent-{o['agentId']}" if isinstance(o.get("agentId"), str) else "sidechain"
     kw = dict(time=time, uuid=uuid, agent=agent)
 
+    if t == "queue-operation":
+        return _queued(o, st, kw)
     if t == "system":
         if o.get("subtype") in TURN_END_SUBTYPES and agent in st.open_turns:
             return [_ev(st, "system", "turn_end", "", **kw)]
