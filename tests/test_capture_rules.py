@@ -368,6 +368,26 @@ def test_the_agents_reasoning_is_read_and_counted_but_never_a_candidate():
     assert [sp.role for sp in told.spans] == ["agent"]
 
 
+def test_a_substantive_turn_is_one_the_users_prompt_opened():
+    def said(n):
+        return "\n".join(f"The {w} module keeps cache file {n}." for w in ("auth", "billing", "export", "search", "mail"))
+
+    turn = [_ev("prompt", 1, "tidy the caches", role="user"), _ev("text", 2, said(1)),
+            # typed while the agent worked: said inside this turn, not a new request
+            _ev("prompt", 3, "and keep the mail cache, it is shared", role="user"),
+            _ev("text", 4, said(2))]
+    m = mine.mine(turn)
+    assert m.asked == 1 and mine.substantive_turns(m) == 1
+    assert "and keep the mail cache, it is shared" in m.requests  # still the user's words
+    # a subagent's task is the agent asking, not the user
+    sub = _ev("prompt", 5, "list every cache file under src/", role="user")
+    sub.agent = "agent-1"
+    assert mine.mine(turn + [sub]).asked == 1
+    # two requests, each opening its turn (propose --transcript reads many turns at once)
+    two = turn + [_ev("turn_end", 6), _ev("prompt", 7, "now the logs", role="user"), _ev("text", 8, said(3))]
+    assert mine.mine(two).asked == 2 and mine.substantive_turns(mine.mine(two)) == 2
+
+
 def test_a_long_error_line_and_command_are_cut_between_words():
     from recalld.capture import policies
 

@@ -18,8 +18,8 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
 
 - precision: proposals matching a label marked worth keeping / proposals (target >= 0.6);
 - recall: labels of strength >= 2 matched by a proposal / such labels (target >= 0.5);
-- proposals per 20 substantive turns (a turn the user asked something in, a slash command's
-  body too, with at least mine.SUBSTANTIVE statements; target <= 12);
+- proposals per 20 substantive turns (a turn the user's prompt opened, a slash command's body
+  too, with at least mine.SUBSTANTIVE statements; target <= 12);
 - duplicates: pairs of one session's proposals that match the same label or are >= DUPLICATE
   alike (target 0);
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);

@@ -92,13 +92,13 @@ class Mined:
     text: str = ""  # everything the turn said (redacted): what a draft must be grounded in
     redactions: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
-    asked: int = 0  # prompts the user gave (NOT_ASKED aside), slash commands included
+    asked: int = 0  # turns the user's prompt opened (NOT_ASKED aside), slash commands included
 
 
 def substantive_turns(m: Mined) -> int:
-    """The turns of `m` that count for the proposal budget: one per prompt the user gave, at
-    most one per SUBSTANTIVE statements said (a pass is usually one turn; `propose --transcript`
-    reads many at once)."""
+    """The turns of `m` that count for the proposal budget: one per turn the user's prompt
+    opened, at most one per SUBSTANTIVE statements said (a pass is usually one turn; `propose
+    --transcript` reads many at once)."""
     return min(m.asked, m.statements // SUBSTANTIVE)
 
 
@@ -169,8 +169,10 @@ def mine(events: list) -> Mined:
     errors = []  # (index in `order`, error event, the call that failed)
     seen_texts = set()
     order = []  # (kind, payload) in event order, for the error -> fix walk
+    in_turn = False  # a user's prompt opened the turn being read
     for ev in events:
         if ev.kind == "turn_end":
+            in_turn = False
             continue
         t = (ev.text or "").strip()
         if ev.kind == "tool_call":
@@ -181,12 +183,16 @@ def mine(events: list) -> Mined:
         if not t:
             continue
         if ev.kind == "prompt":
-            m.asked += not t.startswith(NOT_ASKED)
+            sub = ev.agent not in ("main", None) and ev.agent != ""
+            if not sub and not t.startswith(NOT_ASKED):
+                # A request opens a turn; a message typed while the agent works is said inside
+                # the turn it joins, and a subagent's task is the agent asking, not the user.
+                m.asked += not in_turn
+                in_turn = True
             if t.startswith(HARNESS_PROMPTS):
                 continue
             t = red(t)
             texts.append(t)
-            sub = ev.agent not in ("main", None) and ev.agent != ""
             role = "delegation" if sub else "user"
             if role == "user":
                 m.requests.append(" ".join(t.split()))
