@@ -388,6 +388,23 @@ def test_a_substantive_turn_is_one_the_users_prompt_opened():
     assert mine.mine(two).asked == 2 and mine.substantive_turns(mine.mine(two)) == 2
 
 
+def test_what_the_user_typed_when_declining_a_call_is_the_users_and_the_rest_is_the_harness():
+    declined = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a "
+                "file edit, the new_string was NOT written to the file). To tell you how to proceed, the user "
+                "said:\nNo, we never amend pushed commits in this repo: add a new commit instead.")
+    silent = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a "
+              "file edit, the new_string was NOT written to the file). STOP what you are doing and wait.")
+    events = [_ev("prompt", 1, "fix the typo in the last commit", role="user"),
+              _ev("tool_call", 2, tool="Bash", tool_input={"command": "git commit --amend"}),
+              _ev("tool_result", 3, declined, tool="Bash", is_error=True),
+              _ev("tool_call", 4, tool="Bash", tool_input={"command": "git push -f"}),
+              _ev("tool_result", 5, silent, tool="Bash", is_error=True)]
+    m = mine.mine(events)
+    assert [(sp.role, sp.line, sp.text) for sp in m.spans] == [
+        ("user", 3, "No, we never amend pushed commits in this repo: add a new commit instead.")]
+    assert m.errors == 0 and m.asked == 1  # not a failure of the project, not a new turn
+
+
 def test_a_long_error_line_and_command_are_cut_between_words():
     from recalld.capture import policies
 

@@ -34,6 +34,9 @@ HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The u
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
                   "File has been modified since read", "String to replace not found", "No changes to make",
                   "[Request interrupted", "InputValidationError")
+# Claude Code's result for a call the user declined, when the user typed why: the words after
+# this are the user's, said mid-turn (a correction, more often than not).
+DECLINED_SAID = "To tell you how to proceed, the user said:"
 # A failure with no message: Codex's record of a command whose output was empty (`rg` that
 # matched nothing exits 1), or a bare exit code.
 EMPTY_FAILURE = re.compile(r'^\{"output":\s*"",\s*"metadata"|^(?:exit code:?\s*\d+\s*)+$', re.I)
@@ -215,6 +218,11 @@ def mine(events: list) -> Mined:
             texts.append(t)
             tool = (ev.tool or "").lower()
             if ev.is_error:
+                said = t.partition(DECLINED_SAID)[2].strip() if t.startswith(HARNESS_ERRORS) else ""
+                if said:
+                    m.requests.append(" ".join(said.split()))
+                    units.append(("user", said, ev.line_no, ev.uuid))
+                    continue
                 if t.startswith(HARNESS_ERRORS) or len(t) < 12 or any(h in t[:200] for h in HARNESS_ERRORS) \
                         or EMPTY_FAILURE.match(t):
                     continue
