@@ -403,6 +403,15 @@ def test_what_the_user_typed_when_declining_a_call_is_the_users_and_the_rest_is_
     assert [(sp.role, sp.line, sp.text) for sp in m.spans] == [
         ("user", 3, "No, we never amend pushed commits in this repo: add a new commit instead.")]
     assert m.errors == 0 and m.asked == 1  # not a failure of the project, not a new turn
+    # the real result, as Claude Code wrote it (a committed session of another project)
+    from recalld.daemon import transcripts
+    from tests.helpers import REPO
+
+    turns = transcripts.file_turns(str(REPO / "benchmarks" / "capture" / "entire-c010174c.jsonl"), unfinished=True)
+    mined = [mine.mine(t) for t in turns if any(e.line_no == 246 for e in t)]
+    assert len(mined) == 1
+    assert any(r.startswith("OH I think the test is failing due to this commit message") for r in mined[0].requests)
+    assert not any("doesn't want to proceed" in r for r in mined[0].requests)
 
 
 def test_a_long_error_line_and_command_are_cut_between_words():

@@ -6,7 +6,9 @@ import shutil
 
 import pytest
 
-from tests.helpers import TRANSCRIPTS
+from tests.helpers import REPO, TRANSCRIPTS
+
+CAPTURED = REPO / "benchmarks" / "capture"  # real sessions of other projects, committed
 from recalld.daemon import transcripts as T
 
 REAL = sorted(TRANSCRIPTS.glob("*.jsonl"))
@@ -108,6 +110,18 @@ def test_claude_a_message_typed_while_the_agent_works_is_the_user_speaking_mid_t
     assert [e.kind for e in evs] == ["prompt", "tool_call", "tool_result", "prompt", "text", "turn_end"]
     assert len(T.file_turns(p)) == 1  # said mid-turn: the same turn
     assert not any("zsh" in (e.text or "") or "/mcp" in (e.text or "") for e in evs)
+
+
+def test_claude_the_real_mid_turn_message_is_read_and_a_queued_slash_command_is_not(shared_transcripts):
+    real = CAPTURED / "entire-43c87127.jsonl"
+    evs = list(T.parse_file(real))
+    said = [e for e in evs if e.kind == "prompt" and e.text.startswith("Hangon, i should rebase")]
+    assert [e.line_no for e in said] == [170]  # the `remove` record, where the turn took it in
+    turn = next(t for t in T.file_turns(real, unfinished=True)
+                if any(e.kind == "prompt" and e.line_no == 170 for e in t))
+    assert turn[0].kind == "prompt" and turn[0].line_no < 170  # inside the turn its request opened
+    spotter = list(T.parse_file(TRANSCRIPTS / "spotter-tool_heavy.jsonl"))
+    assert not [e for e in spotter if e.kind == "prompt" and e.line_no in (9, 10)]
 
 
 def test_claude_bash_success_is_not_an_error(shared_transcripts):
@@ -319,6 +333,11 @@ def test_a_command_denied_by_codexs_macos_sandbox_is_an_error_with_its_own_outpu
     assert failed.is_error
     assert failed.text == "fatal: cannot lock ref 'refs/heads/001-notes': Unable to create " \
                           "'.git/refs/heads/001-notes.lock': Operation not permitted\n"
+    # the real record
+    real = [e for e in T.parse_file(CAPTURED / "coda-0199b26c.jsonl") if e.line_no == 442]
+    assert [e.is_error for e in real] == [True]
+    assert real[0].text.startswith("fatal: cannot lock ref 'refs/heads/001-build-a-lightweight'")
+    assert "StreamOutput" not in real[0].text
 
 
 def test_a_bom_is_read_and_invalid_utf8_is_counted_malformed(tmp_path, shared_transcripts):
