@@ -24,6 +24,8 @@ from recalld.capture import mine, rules
     "Tasks updated to [X] in `specs/002-importer/tasks.md`: T004 to T009.",
     "Build status: I couldn't run `cargo test` because the crates registry is unreachable here",
     "Retrying the fetch with escalated permissions so the lock file can be written",
+    # a prediction about the fix just made
+    "With the ref saved first, the grep should now find the commit on the fork",
 ])
 def test_plans_doubts_and_narration_are_of_the_moment(text):
     assert rules.of_the_moment(text)
@@ -48,6 +50,11 @@ def test_facts_and_rules_are_not_of_the_moment(text):
     ("Renamed TodoFilter to TodoFilters in the components", True),
     ("Fixed by quoting the env values, because Pebble only takes strings", False),
     ("Removed the fixed ids: dynamic widgets must not reuse an id", False),
+    # a changelog line, its file named first or not
+    ("`cmd/app/main.go` - Updated stale comment from \"on by default\" to \"off by default\"", True),
+    ("src/util/telemetry.rs: Hardened logging for the submit and expire paths", True),
+    ("Fixed the renderer-ready listener warning and imports in `src/lib.rs`", True),
+    ("`src/lib.rs` - Fixed the listener: it must be registered before the window opens", False),
 ])
 def test_a_fixs_trivia_unless_it_states_a_rule(text, trivia):
     assert rules.is_trivia(text) is trivia
@@ -412,6 +419,41 @@ def test_what_the_user_typed_when_declining_a_call_is_the_users_and_the_rest_is_
     assert len(mined) == 1
     assert any(r.startswith("OH I think the test is failing due to this commit message") for r in mined[0].requests)
     assert not any("doesn't want to proceed" in r for r in mined[0].requests)
+
+
+def test_reasoning_is_never_the_far_side_of_an_error():
+    # Codex titles its reasoning ("**Handling fetch failure**"); what fixed an error is what the
+    # agent told, as for any draft.
+    fail = "error: cannot open '.git/FETCH_HEAD': Operation not permitted"
+    events = [_ev("prompt", 1, "sync with the remote and rebase", role="user"),
+              _ev("tool_call", 2, tool="shell", tool_input={"command": "git fetch --all --prune"}),
+              _ev("tool_result", 3, fail, tool="shell", is_error=True),
+              _ev("reasoning", 4, "**Handling FETCH_HEAD failure from the sandbox on the fetch**"),
+              _ev("tool_call", 5, tool="shell", tool_input={"command": "git fetch --all --prune"}),
+              _ev("tool_result", 6, "ok", tool="shell")]
+    spans = [sp for sp in mine.mine(events).spans if sp.role == "error"]
+    assert all("Handling" not in sp.text and sp.line_to in (None, 2, 3) for sp in spans)
+    told = events[:4] + [_ev("text", 4, "The FETCH_HEAD write needs escalated permissions in this sandbox.")] + events[4:]
+    assert any("→ The FETCH_HEAD write needs escalated" in sp.text for sp in mine.mine(told).spans)
+
+
+def test_harness_lines_are_not_the_users_or_the_projects():
+    # Another tool's UserPromptSubmit hook blocked the prompt: Claude Code writes its notice as
+    # the user's message.
+    notice = ("Operation stopped by hook: Another session is active: \"make telemetry opt-in\"\n\n"
+              "To resume the other session instead, exit Claude and run: claude -r 1234\n\n"
+              "To suppress this warning in future sessions, run:\n  tool enable --quiet")
+    m = mine.mine([_ev("prompt", 1, notice, role="user")])
+    assert not m.spans and m.asked == 0 and not m.requests
+    # Codex's own limit on a call (timeout_ms) is not the project failing; its run header
+    # ("Exit code", "Wall time", "Output:") is not what failed
+    timed_out = "Exit code: 124\nWall time: 10 seconds\nOutput:\ncommand timed out after 10031 milliseconds\n"
+    events = [_ev("prompt", 1, "run the test suite", role="user"),
+              _ev("tool_call", 2, tool="shell", tool_input={"command": "cargo test --test startup"}),
+              _ev("tool_result", 3, timed_out, tool="shell", is_error=True)]
+    assert mine.mine(events).errors == 0
+    assert mine._first_error_line("Exit code: 101\nWall time: 3 seconds\nOutput:\n"
+                                  "error[E0599]: no variant named `Db` found") == "error[E0599]: no variant named `Db` found"
 
 
 def test_a_long_error_line_and_command_are_cut_between_words():

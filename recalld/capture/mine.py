@@ -26,14 +26,16 @@ from recalld.capture.cues import (BOLD_HEADING, CAUSE, FLOOR, MAX_CHARS, MIN_WOR
 # --- what is read --------------------------------------------------------------------------
 
 # Text the harness writes into the user's turn: not the user speaking.
-HARNESS_PROMPTS = ("[Request interrupted", "<command-name>", "<command-message>", "<local-command",
+HARNESS_PROMPTS = ("[Request interrupted", "Operation stopped by hook:", "<command-name>", "<command-message>", "<local-command",
                    "Caveat:", "<system-reminder>", "<user-prompt-submit-hook>", "<bash-input>",
                    "<bash-stdout>", "<bash-stderr>", "<task-notification>", "Tool loaded.")
 # Tool errors about the agent's use of the tool (or the user declining it), not the project.
 HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The user doesn't want to take this action",
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
                   "File has been modified since read", "String to replace not found", "No changes to make",
-                  "[Request interrupted", "InputValidationError")
+                  "[Request interrupted", "InputValidationError",
+                  # Codex's limit on the call, which the agent chose (timeout_ms), not the project's
+                  "command timed out after")
 # Claude Code's result for a call the user declined, when the user typed why: the words after
 # this are the user's, said mid-turn (a correction, more often than not).
 DECLINED_SAID = "To tell you how to proceed, the user said:"
@@ -53,7 +55,8 @@ HARNESS_REPORTS = ("Async agent launched",)
 # task's notification, a tool search's "Tool loaded.", an interruption, a local command's
 # output. Anything else the user's turn holds was asked (a slash command's body too: the user
 # invoked it).
-NOT_ASKED = ("<task-notification>", "Tool loaded.", "[Request interrupted", "<local-command", "Caveat:")
+NOT_ASKED = ("<task-notification>", "Tool loaded.", "[Request interrupted", "<local-command", "Caveat:",
+             "Operation stopped by hook:")
 # A turn is substantive when the user asked something and the turn said at least this many
 # statements: the unit of the session's proposal budget (proposer._room) and of the rate
 # `recalld bench capture` reports ("Ok", "thanks" and a lone tool call earn nothing).
@@ -105,11 +108,15 @@ def substantive_turns(m: Mined) -> int:
     return min(m.asked, m.statements // SUBSTANTIVE)
 
 
+# Codex writes these above a command's output; they say how it ran, not what failed.
+_RUN_HEADER = re.compile(r"^(?:exit code:?\s*-?\d+|wall time:.*|output:|process exited with code -?\d+)$", re.I)
+
+
 def _first_error_line(text: str) -> str:
     """The line of a tool's output that says what failed (warnings skipped), with the line
     after it when it is only a heading ("Build error occurred" / "[TypeError: ...]")."""
     lines = [clean_line(ln) for ln in text.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if ln]
+    lines = [ln for ln in lines if ln and not _RUN_HEADER.match(ln)]
     for n, ln in enumerate(lines):
         low = ln.lower()
         if low.startswith(("npm warn", "warning:", "warn ", "(node:", "hint:")):
@@ -212,7 +219,9 @@ def mine(events: list) -> Mined:
                 continue
             seen_texts.add(key)
             units.append(("agent" if ev.kind == "text" else "reasoning", t, ev.line_no, ev.uuid))
-            order.append(("text", (t, ev)))
+            # Reasoning is never what fixed an error or what a command brought up: it is never
+            # drafted, on its own or as the far side of an arrow.
+            order.append(("text" if ev.kind == "text" else "reasoning", (t, ev)))
         elif ev.kind == "tool_result":
             t = red(t)
             texts.append(t)

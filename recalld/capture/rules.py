@@ -50,7 +50,7 @@ _DOUBT = re.compile(
     r"^(?:actually|wait|hmm+|hm|oh|ah|aha|interesting|oops|sorry)\b|"
     r"\b(?:i'm|i am) (?:reconsidering|not sure|unsure|wondering|thinking)\b|\bi (?:don't|do not) think\b|"
     r"\b(?:might|may|could) be (?:a )?(?:false positive|wrong|related|the (?:issue|problem|cause))\b|"
-    r"\bi (?:wonder|suspect|guess)\b|\bwould (?:let|allow|enable|help|give) (?:us|you|me)\b|"
+    r"\bi (?:wonder|suspect|guess)\b|\bshould now\b|\bwould (?:let|allow|enable|help|give) (?:us|you|me)\b|"
     r"\b(?:get|give|show|send|tell) me\b|\bprobably\b|"
     r"\b(?:needs? updating|already (?:done|updated|covered)|nothing (?:else )?to (?:update|change))\b|\bmaybe (?:i|we|it|the|this)\b|\bnot sure (?:if|whether|why)\b|"
     r"^i (?:don't|do not) have (?:access to|the previous|any (?:previous|prior))\b|"
@@ -111,12 +111,15 @@ def user_of_the_moment(text: str) -> bool:
 
 # --- trivia of a fix -------------------------------------------------------------------------
 
+# A changelog line may name its file first: "`main.go` - Updated the comment", "src/x.py: Added".
+_FILE_LEAD = r"(?:`?[\w./-]+`?(?::|\s+[-–—])\s+)?"
 _TRIVIA = re.compile(
-    r"^(?:[\w./`-]+:\s+)?(?:documented|noted|mentioned|listed)\b|"
+    rf"^{_FILE_LEAD}(?:documented|noted|mentioned|listed)\b|"
     r"^(?:(?:this|that|it|which) (?:was |is )?)?(?:fixed|resolved|solved) by\b|"
     r"^(?:(?:the|all|any) )?(?:unused|dead|duplicate|stale|old|leftover)\b[^.]{0,60}\b(?:removed|deleted|dropped|cleaned up)\b|"
-    r"^(?:removed|deleted|dropped|renamed|extracted|moved|cleaned up|tidied|reformatted|refactored|"
-    r"changed|updated|added|bumped|replaced|wrapped|split|inlined)\b|"
+    rf"^{_FILE_LEAD}(?:removed|deleted|dropped|renamed|extracted|moved|cleaned up|tidied|reformatted|refactored|"
+    r"changed|updated|added|bumped|replaced|wrapped|split|inlined|fixed|implemented|created|introduced|"
+    r"converted|migrated|hardened)\b|"
     r"^(?:changed|updated) (?:from|to)\b", re.I)
 # What makes a fix statement teach something: it says what must (not) be done, or marks itself.
 _RULE = re.compile(r"\b(?:must(?:n't| not)?|never|always|do not|don't|should(?:n't| not)?|requires?|"
