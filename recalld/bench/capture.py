@@ -161,10 +161,12 @@ def auc(pos: list, neg: list) -> "float | None":
 # the whole sessions of other authors added later, per agent the project whose name sorts first (random,
 # coda; a rule fixed before any of their proposals was seen), speakfree and parkinglot (their
 # proposals read after a first held-out measurement, which docs/evaluation.md gives), then the
-# projects of the first five blind rounds, cpolar, entire, shannon and graphmonitor (their drafts
-# read after each round's first run, which docs/evaluation.md gives). The rest are held out.
+# projects of the seven blind rounds (cpolar; entire; shannon and graphmonitor; ohmyposh,
+# contexteval and agentv; napolimatcha, medgemma and chkit), their drafts read after each
+# round's first run, which docs/evaluation.md gives. The rest are held out.
 FIT_PROJECTS = ("spotter", "viewer", "sungather", "charmanalysis", "random", "coda", "speakfree", "parkinglot",
-                "cpolar", "entire", "shannon", "graphmonitor")
+                "cpolar", "entire", "shannon", "graphmonitor", "ohmyposh", "contexteval", "agentv",
+                "napolimatcha", "medgemma", "chkit")
 DUPLICATE = 88  # rapidfuzz similarity at which two proposals of one session say the same thing
 
 
