@@ -186,8 +186,8 @@ def remember(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str = "pr
     near = similar(conn, text, sc, exclude=set(old_ids)) if check_similar else []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                                thread=thread, reason=reason)
+        new_id, _ = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
+                                   thread=thread, reason=reason)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -211,10 +211,22 @@ def remember_in_transaction(conn: sqlite3.Connection, text: str, sc: Scope, *, s
     (text, tell, session), found, reason = _redact_write((text, tell, session), False)
     old_ids = [parse_id(s) for s in supersedes]
     aux, terms = _index_terms(conn, text, tell)
-    new_id = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                            reason=reason)
+    new_id, _ = _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
+                               reason=reason)
     return _result_secrets(WriteResult(memory=get(conn, new_id), superseded=[get(conn, o) for o in old_ids]),
                            found, False)
+
+
+def insert_replica(conn: sqlite3.Connection, text: str, sc: Scope, *, scope: str, kind: str, tell: "str | None",
+                   always: bool, source: str, reason: str, stemmer: "Stemmer | None" = None) -> tuple[int, int]:
+    """A memory written on another machine (the team's), inside the caller's open transaction:
+    the same rows remember() writes, so the store has one writer of them. The caller has
+    checked and redacted the text (it came through the team's server, not a local agent).
+    Returns (memory id, the id of its 'created' change)."""
+    if not conn.in_transaction:
+        raise StoreError("insert_replica needs the caller's open transaction")
+    aux, terms = _index_terms(conn, text, tell, stemmer)
+    return _insert_memory(conn, text, sc, scope, kind, tell, always, [], None, source, aux, terms, reason=reason)
 
 
 def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
@@ -225,8 +237,9 @@ def _index_terms(conn: sqlite3.Connection, text: str, tell: "str | None",
 
 
 def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, source, aux, terms,
-                   action: str = "created", thread: "str | None" = None, reason: "str | None" = None) -> int:
-    """The rows of one write; the caller holds the transaction."""
+                   action: str = "created", thread: "str | None" = None,
+                   reason: "str | None" = None) -> tuple[int, int]:
+    """The rows of one write; the caller holds the transaction. Returns (memory id, change id)."""
     for oid in old_ids:
         old = _readable(conn, oid, sc)
         if old["invalid_at"] is not None:
@@ -243,14 +256,14 @@ def _insert_memory(conn, text, sc, scope, kind, tell, always, old_ids, session, 
         (text, kind, scope, sc.project, sc.agent, tell, int(bool(always)), session, source, now, now, aux, terms,
          thread, follows))
     new_id = cur.lastrowid
-    conn.execute("INSERT INTO memory_changes (time, memory_id, action, reason, session) VALUES (?,?,?,?,?)",
-                 (now, new_id, action, reason, session))
+    change_id = conn.execute("INSERT INTO memory_changes (time, memory_id, action, reason, session) "
+                             "VALUES (?,?,?,?,?)", (now, new_id, action, reason, session)).lastrowid
     for oid in old_ids:
         conn.execute("UPDATE memories SET invalid_at = ?, superseded_by = ?, invalid_reason = ? WHERE id = ?",
                      (now, new_id, f"superseded by m{new_id}", oid))
         conn.execute("INSERT INTO memory_changes (time, memory_id, action, other_id, session) VALUES (?,?,?,?,?)",
                      (now, oid, "superseded", new_id, session))
-    return new_id
+    return new_id, change_id
 
 
 def retract(conn: sqlite3.Connection, mid, why: str, sc: Scope, session: "str | None" = None) -> dict:
@@ -370,9 +383,9 @@ def import_jsonl(conn: sqlite3.Connection, lines, default_scope_for, *, source: 
     try:
         for n, obj, text, tell, sc, sup, found, reason, aux, terms in rows:
             try:
-                nid = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
-                                     obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
-                                     aux, terms, action="imported", thread=obj["thread"], reason=reason)
+                nid, _ = _insert_memory(conn, text, sc, obj.get("scope", "project"), obj.get("kind", "fact"), tell,
+                                        obj.get("always"), sup, obj.get("session"), obj.get("source") or source,
+                                        aux, terms, action="imported", thread=obj["thread"], reason=reason)
             except StoreError as e:
                 raise StoreError(f"line {n}: {e}") from None
             results.append((nid, sup, found))

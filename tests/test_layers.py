@@ -149,3 +149,13 @@ def test_core_holds_only_what_the_hook_imports():
         todo.extend(graph.get(m, ()))
     core = {m for m in MODULES if _layer(m) == "core" and m != "recalld.core"}
     assert sorted(core - seen) == []
+
+
+def test_only_the_memories_module_writes_new_memory_rows():
+    # A memory's row (its index terms, its thread, its 'created' change) has one writer, so a
+    # column added there reaches every path: a remember, an import, an approval, the team's.
+    import re
+
+    insert = re.compile(r"INSERT\s+INTO\s+memories\b(?!_)", re.I)
+    writers = sorted(name for name, p in MODULES.items() if insert.search(p.read_text()))
+    assert writers == ["recalld.memories"]

@@ -15,10 +15,12 @@ written to the old memory's change log as a conflict, which `recalld history` sh
 import json
 import sqlite3
 
+from recalld import memories
 from recalld.core import receipts
+from recalld.core.query_terms import Stemmer
 from recalld.core.redact import redact
-from recalld.core.query_terms import Stemmer, aux_text
-from recalld.memories import KINDS, MAX_TEXT, MAX_TELL
+from recalld.core.scope import Scope
+from recalld.memories import KINDS, MAX_TELL, MAX_TEXT
 from recalld.team import config
 
 TEAM_AGENT = "team"
@@ -109,17 +111,12 @@ def _remember(conn, m, ev: dict, stemmer: Stemmer) -> tuple:
         project = f"team:{m.team}"
     # Text from anyone else is redacted here too: their client may be another version.
     text, tell = redact(body["text"].strip())[0], (redact(body["tell"])[0] if body.get("tell") else None)
-    aux = aux_text(text + " " + (tell or ""))
-    terms = " ".join(sorted(stemmer.terms_of(" ".join([text, tell or "", aux]))))
-    now = receipts.now_iso()
     who = _who(ev)
-    mid = conn.execute(
-        "INSERT INTO memories (text, kind, scope, project, agent, tell, always, session, source, created_at, "
-        "valid_from, aux, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (text, body["kind"], body["scope"], project, TEAM_AGENT, tell, int(bool(body.get("always"))), None,
-         f"team:{ev.get('origin_user')}@{ev.get('origin_machine')}", now, now, aux, terms)).lastrowid
-    change = _change(conn, ev["event_id"], mid, "created", None,
-                     f"from the team: {who}, written {body.get('written_at') or '?'}")
+    mid, change = memories.insert_replica(
+        conn, text, Scope(project, TEAM_AGENT), scope=body["scope"], kind=body["kind"], tell=tell,
+        always=bool(body.get("always")), source=f"team:{ev.get('origin_user')}@{ev.get('origin_machine')}",
+        reason=f"from the team: {who}, written {body.get('written_at') or '?'}", stemmer=stemmer)
+    conn.execute("INSERT INTO team_changes (change_id, event_id) VALUES (?,?)", (change, ev["event_id"]))
     conn.execute("INSERT INTO team_uids (memory_id, uid, team, local, machine, user, origin_time) "
                  "VALUES (?,?,?,0,?,?,?)", (mid, uid, m.team, ev.get("origin_machine"), ev.get("origin_user"),
                                             body.get("written_at")))
