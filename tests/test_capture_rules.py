@@ -91,6 +91,15 @@ def test_error_and_fix_are_linked_only_when_the_fix_names_its_subject():
     ("Listens on a configurable port (default 502, or 5020 to avoid requiring root)", "agent", "constraint", "fact"),
     # a description of code with rule words is a fact, not a constraint
     ("The handler always returns a 3-tuple on error from the adapter", "agent", "constraint", "fact"),
+    # ... and so is what a thing can, cannot or always does: no one is told to do anything
+    ("Pull request events from forks always get a read-only `GITHUB_TOKEN`", "agent", "constraint", "fact"),
+    ("GitHub tokens can't be branch-scoped, so a token reaches every branch of the repository", "agent", "constraint",
+     "fact"),
+    ("Implement and Validate stages require a sandbox; Research can run locally", "agent", "constraint", "fact"),
+    # an order, an obligation, a convention of "we" are rules
+    ("The fixtures are shared: don't mutate them inside a test", "agent", "constraint", "constraint"),
+    ("Migrations must be reversible because staging is rolled back nightly", "agent", "constraint", "constraint"),
+    ("We never amend commits that were already pushed to the shared branch", "agent", "constraint", "constraint"),
     # fact: what holds
     ("The crash log is empty because sys.excepthook misses the async loop", "agent", "fact", "fact"),
 ])

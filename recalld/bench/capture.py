@@ -22,6 +22,7 @@ or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Fig
   too, with at least mine.SUBSTANTIVE statements; target <= 12);
 - duplicates: pairs of one session's proposals that match the same label or are >= DUPLICATE
   alike (target 0);
+- kinds_agree: of the proposals matching a label that names a kind, how many have its kind;
 - ungrounded words: content words of stored proposals that their turn never says (must be 0);
 - failed passes: outcome error or timeout (must be 0);
 - every figure per source project (`groups`), over the projects outside FIT_PROJECTS
@@ -381,6 +382,9 @@ def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turn
     strong = [(n, i) for n in names for i, lab in enumerate(by_file.get(n, [])) if lab["strength"] >= 2]
     good = sum(1 for x in listed if x["good"])
     subst = sum(subst_by.get(n, 0) for n in names)
+    # The draft's kind against its label's, where the label names one.
+    kinds = [x["kind"] == by_file[x["file"]][x["label_index"]].get("kind") for x in listed
+             if x.get("label_index") is not None and by_file[x["file"]][x["label_index"]].get("kind")]
     n = len(listed)
     return {"transcripts": len(names), "turns": sum(turns_by.get(n_, 0) for n_ in names), "substantive_turns": subst,
             "proposals": n, "good_proposals": good,
@@ -389,6 +393,7 @@ def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turn
             "recall": round(sum(1 for k in strong if k in matched_labels) / len(strong), 3) if strong else None,
             "per_20_substantive_turns": round(20 * n / subst, 2) if subst else None,
             "duplicates": duplicates(listed),
+            "kinds_agree": [sum(kinds), len(kinds)],
             # who said what was drafted (the user, the agent's text or reasoning, an error...):
             # proposals and how many match a label worth keeping, a total per source, no text
             "by_role": {r: [sum(1 for x in listed if x.get("role") == r),

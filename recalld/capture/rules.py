@@ -24,8 +24,10 @@ Kinds, one rule each, in this order (tests/test_capture_rules.py states them per
 - **preference**: the user's wish about how to work ("don't touch the writeups folder");
 - **procedure**: how something is done or run (a command to run, "after X run Y", a
   workflow), not a report of an attempt ("the service is trying to run `x`");
-- **constraint**: a rule that binds future work (must, never, always, don't, requires, should
-  be used), not a description of what code does ("the handler always returns" is a fact);
+- **constraint**: a rule that instructs whoever works on the project (must, should, make
+  sure; "Never X", "Don't X", "Avoid X" as an order; "we never ..."), not what a thing can,
+  cannot or always does ("forks always get a read-only token", "the handler always returns"
+  are facts);
 - **fact**: everything else that holds, the agent's "uses X instead of Y" included.
 
 Standard library only.
@@ -175,9 +177,15 @@ PROCEDURE = re.compile(
     r"\b(?:after|before|to) [\w ,'-]{2,40}, (?:run|use|call|restart|rebuild|redeploy|force-add)\b|"
     r"\bworkflow\b|\bstep \d\b|\buv run\b|\b(?:pipeline|pipe ?line):|→ [\w ]+ →|"
     r"\bthe (?:command|way) to\b|\b(?:can be|is) (?:run|started|built|tested) (?:with|by|from)\b", re.I)
-RULE = re.compile(
-    r"\b(?:must(?:n't| not)?|never|always|do not|don't|cannot|can't|shouldn't|should not|should (?:be )?used?|"
-    r"requires?|required|make sure|(?<!to )avoid|only (?:use|run|call))\b", re.I)
+# A rule instructs whoever works on the project: an obligation (must, should, make sure), an
+# order ("Never X", "Don't X", "Avoid X" at the head of a sentence or clause), a convention of
+# "we" or "you" ("we never amend pushed commits"). What a thing can, cannot or always does is a
+# fact about it: "forks always get a read-only token", "tokens can't be branch-scoped", "the
+# stage requires a sandbox".
+INSTRUCTS = re.compile(
+    r"\b(?:must(?:n't| not)?|should(?:n't| not)?|make sure|be sure to|only (?:use|run|call))\b|"
+    r"\b(?:we|you) (?:must|should|never|always|don't|do not|cannot|can't|need to|have to)\b|"
+    r"(?:^|[:;—–]\s+|\s-\s+|[.!]\s+)(?:never|always|don't|do not|avoid|make sure|only)\b", re.I)
 # A description of what code does ("the handler must return", "X always returns Y") is a fact:
 # the rule words are about the code's behaviour, not an instruction to whoever works on it.
 DESCRIBES_CODE = re.compile(r"^(?:the |this |that |a |an )?[`\w.()-]+(?: [`\w.()-]+){0,3} "
@@ -208,7 +216,7 @@ def kind_of(text: str, role: str, cue_kind: str) -> str:
         return "preference"
     if PROCEDURE.search(t) and role != "error" and not _ATTEMPT.search(t):
         return "procedure"
-    if RULE.search(t) and not DESCRIBES_CODE.search(t):
+    if INSTRUCTS.search(t) and not DESCRIBES_CODE.search(t):
         return "constraint"
     if role == "user" and cue_kind == "decision":
         return "decision"
