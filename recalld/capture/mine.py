@@ -26,9 +26,11 @@ from recalld.capture.cues import (BOLD_HEADING, CAUSE, FLOOR, MAX_CHARS, MIN_WOR
 # --- what is read --------------------------------------------------------------------------
 
 # Text the harness writes into the user's turn: not the user speaking.
-HARNESS_PROMPTS = ("[Request interrupted", "Operation stopped by hook:", "<command-name>", "<command-message>", "<local-command",
+HARNESS_PROMPTS = ("[Request interrupted", "<command-name>", "<command-message>", "<local-command",
                    "Caveat:", "<system-reminder>", "<user-prompt-submit-hook>", "<bash-input>",
-                   "<bash-stdout>", "<bash-stderr>", "<task-notification>", "Tool loaded.")
+                   "<bash-stdout>", "<bash-stderr>", "<task-notification>", "Tool loaded.",
+                   # another tool's prompt hook blocked the prompt; Claude Code writes its notice
+                   "Operation stopped by hook:")
 # Tool errors about the agent's use of the tool (or the user declining it), not the project.
 HARNESS_ERRORS = ("<tool_use_error>", "The user doesn't want to proceed", "The user doesn't want to take this action",
                   "Claude requested permissions", "EISDIR", "File has not been read yet",
