@@ -465,6 +465,32 @@ def test_harness_lines_are_not_the_users_or_the_projects():
                                   "error[E0599]: no variant named `Db` found") == "error[E0599]: no variant named `Db` found"
 
 
+def test_harness_lines_and_reasoning_stay_out_on_the_real_records():
+    # The same readings on the records the clients wrote (committed sessions of other projects).
+    from recalld.daemon import transcripts
+    from tests.helpers import REPO
+
+    def turn_with(name, line):
+        turns = transcripts.file_turns(str(REPO / "benchmarks" / "capture" / name), unfinished=True)
+        (turn,) = [t for t in turns if any(e.line_no == line for e in t)]
+        return turn
+
+    # Claude Code: another tool's prompt hook blocked a prompt (entire, line 72)
+    turn = turn_with("entire-38917d7d.jsonl", 72)
+    assert any(e.kind == "prompt" and e.text.startswith("Operation stopped by hook:") for e in turn)
+    m = mine.mine(turn)
+    assert not any("Operation stopped" in r or "claude -r" in r for r in m.requests)
+    assert not any(sp.line == 72 for sp in m.spans)
+    # Codex: a call that hit the limit the agent set (shannon, line 1049)
+    turn = turn_with("shannon-019ba997.jsonl", 1049)
+    assert any(e.line_no == 1049 and e.is_error and "command timed out after" in e.text for e in turn)
+    assert not any(sp.role == "error" and sp.line == 1049 for sp in mine.mine(turn).spans)
+    # Codex: a reasoning title after an error (shannon, line 1259) is not what fixed it
+    turn = turn_with("shannon-019ba997.jsonl", 1259)
+    assert any(e.kind == "reasoning" and "Implementing manual Debug" in e.text for e in turn)
+    assert not any("Implementing manual Debug" in sp.text for sp in mine.mine(turn).spans)
+
+
 def test_a_long_error_line_and_command_are_cut_between_words():
     from recalld.capture import policies
 
