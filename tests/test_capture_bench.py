@@ -75,3 +75,22 @@ def test_the_figures_are_reported_for_the_development_side_held_out_and_per_sour
         assert got[side]["precision"] == 1.0 and got[side]["recall"] == 1.0
         assert got[side]["by_role"] == {"agent": [1, 1]}
     assert set(got["groups"]) == {"spotter", "other"}
+
+
+def test_each_missed_label_says_where_it_fell_out(home, project, tmp_path):
+    """A label worth remembering that no draft says is put at the stage that let it go: the
+    agent's plan of the moment is passed over as such, a one-cue fact is drafted and rejected
+    under the gate, and a sentence inside a code block is not among the statements read."""
+    path = tmp_path / "other-held.jsonl"
+    moment = "Let me also check whether the release script pins Python 3.12 before we publish."
+    fenced = "```\nWheels are published from the release branch only.\n```"
+    _session(path, str(project), [("user", "what did we settle for the release?"),
+                                  ("assistant", f"{STRONG}\n\n{moment}\n\n{WEAK}\n\n{fenced}")])
+    labels = [{"file": path.name, "line": 2, "statement": s, "strength": n, "keep": True}
+              for s, n in ((STRONG, 3), (moment, 2), (WEAK, 2), ("Wheels are published from the release branch only.", 2))]
+    got = capture._variant([path], {path.name: labels}, {path.name: "other"}, False)["figures"]
+    assert got["held_out"]["strong_labels_by_fate"] == {
+        "proposed": 1, "passed over: of_the_moment": 1, "rejected: low_confidence": 1, "not among the statements read": 1}
+    assert got["held_out"]["recall_by_strength"] == {"2": [0, 3], "3": [1, 1]}
+    assert [m["why"] for m in got["labels_missed"]] == [
+        "passed over: of_the_moment", "rejected: low_confidence", "not among the statements read"]

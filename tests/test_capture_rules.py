@@ -513,3 +513,26 @@ def test_a_leading_also_is_filler_not_progress():
     assert mine.tighten(said) == "Since this runs as a new binary, macOS requires a new accessibility permission for it."
     assert "progress" not in mine.score(mine.tighten(said), "agent")[2]
     assert "progress" in mine.score("Also updated the README with the new flags", "agent")[2]
+
+
+def test_every_statement_read_and_not_a_candidate_says_why():
+    paste = "We decided to pin the schema version in the header. " * 70  # > PASTE_CHARS: a document
+    events = [
+        _ev("prompt", 1, paste, role="user"),
+        _ev("prompt", 2, "ok, ship it", role="user"),
+        _ev("reasoning", 3, "The registry must be ghcr.io because the org pays for it."),
+        _ev("text", 4, "**Release plan**\n\nNow let me also handle the arm64 build.\n\n"
+                       "Renamed `build_all` to `build` in the Makefile.\n\n"
+                       "The dashboard looks nicer with the new colours today.\n\n"
+                       "The files `src/parse_a.py`, `src/parse_b.py` and `src/parse_c.py` hold the three parsers.\n\n"
+                       "The registry must be ghcr.io because docker hub rate-limits our pulls."),
+    ]
+    m = mine.mine(events)
+    why = {(w, line) for w, line, _ in m.passed}
+    assert ("document", 1) in why and ("too_short", 2) in why and ("reasoning", 3) in why
+    assert {w for w, line in why if line == 4} == {"heading", "of_the_moment", "trivia", "below_floor", "no_claim"}
+    # What is a candidate is not passed over, and every statement read is one or the other (or a
+    # repeat of a candidate's words).
+    assert [sp.text for sp in m.spans] == ["The registry must be ghcr.io because docker hub rate-limits our pulls."]
+    assert not any(t == m.spans[0].text for _, _, t in m.passed)
+    assert sum(m.passed_over.values()) + len(m.spans) == m.statements

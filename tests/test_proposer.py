@@ -541,6 +541,10 @@ def test_the_receipt_says_what_the_pass_read_drafted_and_rejected(home, project,
     assert (d["from_line"], d["to_line"], d["statements"], d["mined"], d["drafts"]) == (
         1, 3, res.statements, res.candidates, len(res.drafts))
     assert d["draft_lines"] == [x.line for x in res.drafts] and d["rejections"] == res.rejections
+    # What was read and not made a candidate, counted by why: "set up the linter" and "Short." say
+    # too little to be a memory.
+    assert d["passed_over"] == res.passed_over and res.passed_over == {"too_short": 2}
+    assert "passed over: " in proposer.format_result(res)
     assert rec["delivered"] == len(res.stored_ids) and rec["withheld"] == len(res.rejected)
     assert all(x.text not in json.dumps(rec) for x in res.drafts)  # counts and lines, never text
     # The next pass reads only what is new: nothing.

@@ -17,7 +17,12 @@ similarity of the two, word order ignored, >= MATCH) and was said on one of the 
 or when the two are near-identical (>= MATCH_ANYWHERE) wherever it was said. Figures:
 
 - precision: proposals matching a label marked worth keeping / proposals (target >= 0.6);
-- recall: labels of strength >= 2 matched by a proposal / such labels (target >= 0.5);
+- recall: labels of strength >= 2 matched by a proposal / such labels (target >= 0.5), and per
+  strength (`recall_by_strength`); where the rest went (`strong_labels_by_fate`): a draft of it
+  rejected (the reason), a candidate outranked in its chunk, a statement the miner passed over
+  (why: a document, reasoning, of the moment, trivia, below the cue floor, no claim...), or
+  not among the statements read (a command, a tool's output, a code block, a table, or a
+  statement cut so differently that it no longer matches);
 - proposals per 20 substantive turns (a turn the user's prompt opened, a slash command's body
   too, with at least mine.SUBSTANTIVE statements; target <= 12);
 - duplicates: pairs of one session's proposals that match the same label or are >= DUPLICATE
@@ -270,6 +275,7 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
         os.environ["RECALLD_HOME"] = str(Path(tmp) / "home")
         try:
             results, listed, matched_labels, rejected_labels = [], [], set(), {}
+            lost: dict = {}  # (file, label) -> where a label worth keeping fell out, when no draft said it
             judged_pos, judged_neg, cue_pos, cue_neg = [], [], [], []
             scored = []  # (held out, matches a label worth keeping, cue score, model term, final)
             ungrounded, model_s = 0, []
@@ -300,6 +306,14 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
                         lab = match(d.text, {d.line, d.line_to or d.line}, labels)
                         if lab is not None:
                             rejected_labels.setdefault((f.name, lab), reason)
+                    # Earlier stages: a candidate not among the best of its chunk, a statement
+                    # read and passed over (why), as the miner says.
+                    ranked = {(sp.line, sp.text) for sp in res.ranked}
+                    for why, line, text in [("outranked", sp.line, sp.text) for sp in mined.spans
+                                            if (sp.line, sp.text) not in ranked] + mined.passed:
+                        lab = match(text, {line}, labels)
+                        if lab is not None:
+                            lost.setdefault((f.name, lab), why)
                     for pid, d in zip(res.stored_ids, res.kept):
                         lab = match(d.text, {d.line, d.line_to or d.line}, labels)
                         if lab is not None:
@@ -320,11 +334,16 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
         lab = x["label"]
         x["label"] = None if lab is None else by_file[x["file"]][lab]["statement"][:80]
         x["label_index"] = lab
+    # Where each label worth remembering went: proposed, or the first stage that let it go.
+    fates = {(f.name, i): ("proposed" if (f.name, i) in matched_labels else
+                           f"rejected: {rejected_labels[(f.name, i)]}" if (f.name, i) in rejected_labels else
+                           f"passed over: {lost[(f.name, i)]}" if (f.name, i) in lost else "not among the statements read")
+             for f in files for i, lab in enumerate(by_file.get(f.name, [])) if lab["strength"] >= 2}
     secs = [r.duration_ms / 1000 for r in results]
     failed = [r.error for r in results if r.outcome in ("error", "timeout")]
     figures = {
         "turns": sum(turns_by.values()), "substantive_turns": sum(subst_by.values()), "passes": len(results),
-        **_figures(files, by_file, listed, matched_labels, turns_by, subst_by),
+        **_figures(files, by_file, listed, matched_labels, turns_by, subst_by, fates),
         "ungrounded_words": ungrounded,
         "failed_passes": len(failed), "failures": failed[:5],
         # Every turn of every session read, parsed and passed, as `propose --history` does.
@@ -345,25 +364,23 @@ def _variant(files: list, by_file: dict, projects: dict, runtime, model_weight: 
     groups = {}
     for g in sorted({projects.get(f.name) or group_of(f.name) for f in files}):
         gf = [f for f in files if (projects.get(f.name) or group_of(f.name)) == g]
-        groups[g] = _figures(gf, by_file, [x for x in listed if x["project"] == g], matched_labels, turns_by, subst_by)
+        groups[g] = _figures(gf, by_file, [x for x in listed if x["project"] == g], matched_labels, turns_by, subst_by, fates)
     figures["groups"] = groups
     held = [f for f in files if (projects.get(f.name) or group_of(f.name)) not in FIT_PROJECTS]
     figures["held_out"] = _figures(held, by_file, [x for x in listed if x["project"] not in FIT_PROJECTS],
-                                   matched_labels, turns_by, subst_by) if held else None
+                                   matched_labels, turns_by, subst_by, fates) if held else None
     fresh = fresh or {}
     for split in sorted(set(fresh.values())):
         new = {f.name for f in files if fresh.get(f.name) == split}
         figures[split] = _figures([f for f in files if f.name in new], by_file,
                                   [x for x in listed if x["file"] in new], matched_labels,
-                                  turns_by, subst_by) if new else None
+                                  turns_by, subst_by, fates) if new else None
     dev = [f for f in files if (projects.get(f.name) or group_of(f.name)) in FIT_PROJECTS]
     figures["development"] = _figures(dev, by_file, [x for x in listed if x["project"] in FIT_PROJECTS],
-                                      matched_labels, turns_by, subst_by) if dev else None
-    # Why each missed label was missed: a draft of it was rejected (the reason), or it was never
-    # a draft (not mined as a candidate, or not among the best of its chunk).
+                                      matched_labels, turns_by, subst_by, fates) if dev else None
     figures["labels_missed"] = [
         {"file": f.name, "line": lab["line"], "strength": lab["strength"], "statement": lab["statement"][:100],
-         "why": rejected_labels.get((f.name, i), "not drafted")}
+         "why": fates[(f.name, i)]}
         for f in files for i, lab in enumerate(by_file.get(f.name, []))
         if (f.name, i) not in matched_labels and lab["strength"] >= 2]
     return {"figures": figures, "listed": listed, "matched": matched_labels, "turns_by": turns_by, "subst_by": subst_by}
@@ -377,9 +394,12 @@ def _aucs(scored: list) -> dict:
             "cue_judged": sep(2, judged), "model_judged": sep(3, judged), "final_judged": sep(4, judged)}
 
 
-def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turns_by: dict, subst_by: dict) -> dict:
+def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turns_by: dict, subst_by: dict,
+             fates: "dict | None" = None) -> dict:
     names = {f.name for f in files}
     strong = [(n, i) for n in names for i, lab in enumerate(by_file.get(n, [])) if lab["strength"] >= 2]
+    by_strength = {s: [sum(1 for n, i in strong if by_file[n][i]["strength"] == s and (n, i) in matched_labels),
+                       sum(1 for n, i in strong if by_file[n][i]["strength"] == s)] for s in (2, 3)}
     good = sum(1 for x in listed if x["good"])
     subst = sum(subst_by.get(n, 0) for n in names)
     # The draft's kind against its label's, where the label names one.
@@ -391,6 +411,10 @@ def _figures(files: list, by_file: dict, listed: list, matched_labels: set, turn
             "precision": round(good / n, 3) if n else None,
             "labels_strong": len(strong), "labels_matched": sum(1 for k in strong if k in matched_labels),
             "recall": round(sum(1 for k in strong if k in matched_labels) / len(strong), 3) if strong else None,
+            # [matched, labels] of strength 2 and of strength 3 ("a later session clearly needs it")
+            "recall_by_strength": {str(k): v for k, v in by_strength.items()},
+            # the labels of strength >= 2 by where they went (a label is said once, wherever it fell out)
+            **({"strong_labels_by_fate": _count([{fates[k]: 1} for k in strong if k in fates])} if fates else {}),
             "per_20_substantive_turns": round(20 * n / subst, 2) if subst else None,
             "duplicates": duplicates(listed),
             "kinds_agree": [sum(kinds), len(kinds)],

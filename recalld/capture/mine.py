@@ -101,6 +101,39 @@ class Mined:
     redactions: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
     asked: int = 0  # turns the user's prompt opened (NOT_ASKED aside), slash commands included
+    # Statements read and not made candidates: (why, line, text). The receipt counts them by
+    # why (text never leaves the pass); `recalld bench capture` finds its missed labels here.
+    passed: list = field(default_factory=list, repr=False)
+
+    @property
+    def passed_over(self) -> dict:
+        out: dict = {}
+        for why, _line, _text in self.passed:
+            out[why] = out.get(why, 0) + 1
+        return out
+
+
+def _passed_why(st: str, role: str) -> "str | None":
+    """Why a statement read (filler cut) is not a candidate, before it is scored; None when it
+    may be one."""
+    if len(st) > MAX_CHARS:
+        return "too_long"
+    if len(_content(st)) < MIN_WORDS:
+        return "too_short"
+    # A pasted document is in the file it came from (the decision record the agent then
+    # writes down, the prompt file Codex expands): read, counted, never a draft. So is
+    # the agent's reasoning: its plans and doubts of the moment, and what it found is
+    # what it then tells (docs/capture.md, "What a pass reads").
+    if role in ("document", "reasoning"):
+        return role
+    if role in ("agent", "report"):
+        if rules.of_the_moment(st):
+            return "of_the_moment"
+        if rules.is_trivia(st):
+            return "trivia"
+    if role == "user" and rules.user_of_the_moment(st):
+        return "of_the_moment"
+    return None
 
 
 def substantive_turns(m: Mined) -> int:
@@ -262,21 +295,12 @@ def mine(events: list) -> Mined:
         headings = {clean_line(h) for h in t.splitlines() if BOLD_HEADING.match(h.strip())}
         for st in (statements(t, casual=role == "user") if role != "answer" else [t]):
             m.statements += 1
-            if st in headings:
-                continue
             noted = role == "user" and USER_NOTE.match(st)
+            why = "heading" if st in headings else None
             st = tighten(st)
-            if len(st) > MAX_CHARS or len(_content(st)) < MIN_WORDS:
-                continue
-            # A pasted document is in the file it came from (the decision record the agent then
-            # writes down, the prompt file Codex expands): read, counted, never a draft. So is
-            # the agent's reasoning: its plans and doubts of the moment, and what it found is
-            # what it then tells (docs/capture.md, "What a pass reads").
-            if role in ("document", "reasoning"):
-                continue
-            if role in ("agent", "report") and (rules.of_the_moment(st) or rules.is_trivia(st)):
-                continue
-            if role == "user" and rules.user_of_the_moment(st):
+            why = why or _passed_why(st, role)
+            if why:
+                m.passed.append((why, line, st))
                 continue
             s, kind, cues = score(st, role)
             if noted and "remember" not in cues:
@@ -288,10 +312,13 @@ def mine(events: list) -> Mined:
     m.redactions = red_counts
     best = {}
     for sp in spans:
-        if sp.score < FLOOR or not (set(sp.cues) & SEMANTIC or sp.role == "answer"):
-            continue
-        # The user's "let's use X" is a decision, not narration; an error's parts were checked.
-        if sp.role not in ("error", "command", "user", "answer") and policies.is_narration(sp.text):
+        why = ("below_floor" if sp.score < FLOOR else
+               "no_claim" if not (set(sp.cues) & SEMANTIC or sp.role == "answer") else
+               # The user's "let's use X" is a decision, not narration; an error's parts were checked.
+               "narration" if sp.role not in ("error", "command", "user", "answer") and policies.is_narration(sp.text)
+               else None)
+        if why:
+            m.passed.append((why, sp.line, sp.text))
             continue
         key = policies._norm(sp.text)
         if key not in best or sp.score > best[key].score:

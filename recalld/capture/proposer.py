@@ -89,6 +89,7 @@ class PassResult:
     statements: int = 0  # statements the turn was cut into
     substantive: int = 0  # turns that count for the session's budget (mine.substantive_turns)
     candidates: int = 0  # statements with a cue above the floor
+    passed_over: dict = field(default_factory=dict)  # why -> statements read and not candidates
     judged: int = 0  # candidates the model judged
     chunks: int = 0
     ranked: list = field(default_factory=list, repr=False)  # mine.Span judged, best first (benchmarks)
@@ -120,7 +121,8 @@ class PassResult:
             "from_line": self.from_line, "to_line": self.to_line, "window_chars": self.window_chars,
             "window_events": self.window_events, "turns": self.turns, "substantive": self.substantive,
             "boundaries": self.boundaries,
-            "statements": self.statements, "candidates": self.candidates, "judged": self.judged,
+            "statements": self.statements, "candidates": self.candidates, "passed_over": self.passed_over,
+            "judged": self.judged,
             "chunks": self.chunks,
             "drafts": [d.as_dict() for d in self.drafts],
             "rejected": [dict(d.as_dict(), reason=r) for d, r in self.rejected],
@@ -228,7 +230,8 @@ def _fill_receipt(r: dict, res: PassResult) -> None:
         "from_line": res.from_line, "to_line": res.to_line, "window_chars": res.window_chars,
         "window_events": res.window_events, "turns": res.turns, "substantive": res.substantive,
         "boundaries": res.boundaries,
-        "statements": res.statements, "mined": res.candidates, "judged": res.judged, "chunks": res.chunks,
+        "statements": res.statements, "mined": res.candidates, "passed_over": res.passed_over,
+        "judged": res.judged, "chunks": res.chunks,
         "drafts": len(res.drafts), "rejections": res.rejections, "redactions": res.redactions,
         "draft_lines": [d.line for d in res.drafts], "model": res.model, "model_ms": round(res.model_ms, 1),
         "model_error": res.model_error,
@@ -278,6 +281,7 @@ def _pass(conn, res: PassResult, r: dict, transcript, whole, complete_turns, giv
     mined = mine.mine(events)
     res.window_chars, res.window_events = mined.chars, len(events)
     res.turns, res.statements, res.candidates = len(mined.requests), mined.statements, len(mined.spans)
+    res.passed_over = mined.passed_over
     res.redactions = dict(mined.redactions)
     project, agent = _scope_of(events, boundaries)
     res.project, res.agent = project, agent
@@ -479,6 +483,9 @@ def format_result(res: PassResult) -> str:
                  f"{res.boundaries} stop-hook boundaries; {res.statements} statements, {res.candidates} candidates, "
                  f"{res.judged} judged by {res.model or 'no model'} in {res.model_ms / 1000:.1f} s"
                  + (f" ({res.model_error})" if res.model_error else ""))
+    if res.passed_over:
+        lines.append("  passed over: " + ", ".join(f"{k} {v}" for k, v in sorted(res.passed_over.items(),
+                                                                                key=lambda kv: (-kv[1], kv[0]))))
     if res.redactions:
         lines.append("  redacted: " + ", ".join(f"{k} {v}" for k, v in sorted(res.redactions.items())))
     for pid, d in zip(res.stored_ids, res.kept):
