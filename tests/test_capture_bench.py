@@ -94,3 +94,18 @@ def test_each_missed_label_says_where_it_fell_out(home, project, tmp_path):
     assert got["held_out"]["recall_by_strength"] == {"2": [0, 3], "3": [1, 1]}
     assert [m["why"] for m in got["labels_missed"]] == [
         "passed over: of_the_moment", "rejected: low_confidence", "not among the statements read"]
+
+
+def test_a_candidate_outranked_in_its_chunk_is_placed_there(home, project, tmp_path):
+    """A chunk offers its best K_PER_CHUNK candidates (or the pass's slots) to the drafts; a
+    label said by one left behind is `outranked`, not 'not among the statements read'."""
+    path = tmp_path / "other-held.jsonl"
+    topics = ("the parser", "billing", "search", "the exporter", "auth tokens", "image resizing", "webhooks",
+              "the scheduler", "audit logs", "rate limits", "feature flags", "email templates")
+    said = [f"We decided that {t} must live in `pkg_{n}` because {t} changes on its own cycle." for n, t in enumerate(topics)]
+    said[-1] = WEAK  # above the floor on one cue: the chunk's last
+    _session(path, str(project), [("user", "what did we settle for the layout?"), ("assistant", "\n\n".join(said))])
+    labels = [{"file": path.name, "line": 2, "statement": said[-1], "strength": 2, "keep": True}]
+    assert proposer.K_PER_CHUNK < len(said)
+    got = capture._variant([path], {path.name: labels}, {path.name: "other"}, False)["figures"]
+    assert got["held_out"]["strong_labels_by_fate"] == {"passed over: outranked": 1}
