@@ -293,6 +293,36 @@ def test_codex_legacy_bare_items(tmp_path):
     assert {e.session for e in evs} == {SESSION}
 
 
+def test_a_codex_prompt_with_an_image_is_one_prompt(tmp_path):
+    # As Codex writes a prompt with a pasted screenshot (session-bridge's session in
+    # benchmarks/capture/, lines 582-583): the response item wraps the image in tag parts the
+    # event_msg does not repeat.
+    said = "[Image #1] Messages should be aligned in the middle of the avatar and time"
+    lines = [{"timestamp": "2026-04-08T12:38:12Z", "type": "session_meta", "payload": {"id": SESSION, "cwd": "/p"}},
+             {"timestamp": "2026-04-08T12:38:13Z", "type": "response_item",
+              "payload": {"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": "<image name=[Image #1]>"},
+                                      {"type": "input_text", "text": "</image>"},
+                                      {"type": "input_text", "text": said}]}},
+             {"timestamp": "2026-04-08T12:38:13Z", "type": "event_msg",
+              "payload": {"type": "user_message", "message": said, "images": []}},
+             {"timestamp": "2026-04-08T12:38:39Z", "type": "response_item",
+              "payload": {"type": "message", "role": "assistant",
+                          "content": [{"type": "output_text", "text": "Centered the row against the avatar."}]}},
+             {"timestamp": "2026-04-08T12:38:40Z", "type": "event_msg", "payload": {"type": "task_complete"}}]
+    p = tmp_path / f"rollout-2026-04-08T12-38-12-{SESSION}.jsonl"
+    p.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    evs = list(T.parse_file(p))
+    assert [(e.kind, e.text) for e in evs if e.kind in ("prompt", "turn_end")] == [("prompt", said), ("turn_end", "")]
+    assert len(T.file_turns(str(p), unfinished=True)) == 1
+
+
+def test_the_committed_codex_session_reads_its_image_prompt_once():
+    path = next(CAPTURED.glob("sessionbridge-*.jsonl"))
+    prompts = [e for e in T.parse_file(str(path)) if e.kind == "prompt" and e.line_no in (582, 583)]
+    assert len(prompts) == 1 and prompts[0].text.startswith("[Image #1] Messate/text should be aligned")
+
+
 def test_a_command_failing_under_codexs_sandbox_is_an_error_with_its_own_output(tmp_path):
     # As Codex 0.5x writes it (openprintkit's session in benchmarks/capture/, line 113).
     out = ("failed in sandbox LinuxSeccomp with execution error: sandbox denied exec error, exit code: 2, "

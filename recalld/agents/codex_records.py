@@ -27,6 +27,12 @@ def patch_paths(patch: str) -> str:
     return "\n".join(out)
 
 
+# A prompt with an attached image: the response item wraps the image in text parts of its own
+# ("<image name=[Image #1]>", "</image>") that the user did not type and that the prompt's
+# event_msg does not repeat; kept, they made one prompt two (observed in a 2026 rollout).
+_IMAGE_TAG = re.compile(r"^</?image\b[^>]*>$")
+
+
 def _parts_text(content) -> str:
     if isinstance(content, str):
         return content
@@ -34,7 +40,9 @@ def _parts_text(content) -> str:
     for p in content or []:
         if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text", "summary_text",
                                                      "reasoning_text"):
-            out.append(_str(p.get("text")))
+            text = _str(p.get("text"))
+            if not (p.get("type") == "input_text" and _IMAGE_TAG.match(text.strip())):
+                out.append(text)
     return "\n".join(o for o in out if o)
 
 
