@@ -17,6 +17,7 @@ span, a score or a receipt.
 """
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from recalld.capture import policies, rules
@@ -107,10 +108,7 @@ class Mined:
 
     @property
     def passed_over(self) -> dict:
-        out: dict = {}
-        for why, _line, _text in self.passed:
-            out[why] = out.get(why, 0) + 1
-        return out
+        return dict(Counter(why for why, _line, _text in self.passed))
 
 
 def _passed_why(st: str, role: str) -> "str | None":
